@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates (or refreshes) the project's virtual environment in .venv.
+# Usage: source scripts/env.sh [extras]   e.g. "test" or "" (runtime only)
+# Re-installs only when pyproject.toml or the extras change (a stamp file records both).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+extras="${1:-}"
+venv="$root/.venv"
+python="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+    echo "smoothrank: creating virtual environment in $venv" >&2
+    "$python" -m venv "$venv"
+fi
+stamp="$venv/.smoothrank-stamp"
+pip_quiet() {
+    # pip's warnings about this machine's local package index are noise; its exit status is not.
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+        | { grep -v "is ignored: it is neither" || true; } >&2
+    return "${PIPESTATUS[0]}"
+}
+want="$(cat "$root/pyproject.toml" | sha256sum | cut -c1-16)-${extras}"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "smoothrank: installing dependencies (torch 2.13.0 CPU build, extras: ${extras:-none})" >&2
+    spec="$root"
+    [ -n "$extras" ] && spec="$root[$extras]"
+    # torch is pinned first so that nothing else can pull a CUDA build
+    pip_quiet "torch==2.13.0"
+    pip_quiet -e "$spec"
+    "$venv/bin/python" -c "import torch, smoothrank" || { echo "smoothrank: install failed" >&2; exit 1; }
+    echo "$want" > "$stamp"
+fi
+export PATH="$venv/bin:$PATH"

@@ -1,0 +1,3 @@
+from smoothrank.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The gain and discount vocabulary shared by metrics and losses.
+
+DCG@k = sum_{r=1..k} gain(label at rank r) * discount(r).
+
+Gains (``gain=``):
+    ``"exp2"``    2^rel - 1 (Burges et al.; LightGBM, allRank, the LETOR scripts)
+    ``"linear"``  rel (trec_eval; NDCG^beta of Jin & Geng)
+    a mapping     {label: gain}, e.g. LightGBM's ``label_gain``; an unmapped label is an error
+    a callable    ``f(labels: Tensor) -> Tensor``, elementwise
+
+Discounts (``discount=``), for 1-based ranks r:
+    ``"log2"``    1 / log2(1 + r)
+    ``"letor"``   1 at r = 1, 2 and 1 / log2(r) after (Jarvelin & Kekalainen; LETOR 4.0 scripts)
+    ``"linear"``  |S| - r, the NDCG^beta weights of the ECML/PKDD 2010 Discovery Challenge
+                  (Jin & Geng, eq. 1), |S| the number of real items in the list
+    a callable    ``f(ranks: Tensor) -> Tensor``, elementwise on 1-based float ranks
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import Tensor
+
+GainLike = str | Mapping[float, float] | Callable[[Tensor], Tensor]
+DiscountLike = str | Callable[[Tensor], Tensor]
+
+GAIN_NAMES = ("exp2", "linear")
+DISCOUNT_NAMES = ("log2", "letor", "linear")
+
+
+def check_gain(spec: GainLike, *, argument: str = "gain") -> None:
+    """Raise ``ValueError`` naming ``argument`` if ``spec`` is not a valid gain."""
+    if isinstance(spec, str):
+        if spec not in GAIN_NAMES:
+            raise ValueError(f"{argument}: unknown gain {spec!r}; expected one of {GAIN_NAMES}, "
+                             "a mapping {label: gain} or a callable")
+    elif not (isinstance(spec, Mapping) or callable(spec)):
+        raise ValueError(f"{argument}: expected a name, a mapping or a callable, "
+                         f"got {type(spec).__name__}")
+
+
+def check_discount(spec: DiscountLike, *, argument: str = "discount") -> None:
+    """Raise ``ValueError`` naming ``argument`` if ``spec`` is not a valid discount."""
+    if isinstance(spec, str):
+        if spec not in DISCOUNT_NAMES:
+            raise ValueError(f"{argument}: unknown discount {spec!r}; expected one of "
+                             f"{DISCOUNT_NAMES} or a callable")
+    elif not callable(spec):
+        raise ValueError(f"{argument}: expected a name or a callable, got {type(spec).__name__}")
+
+
+def gain(labels: Tensor, spec: GainLike = "exp2") -> Tensor:
+    """Elementwise gain of ``labels`` (any shape, floating dtype preserved)."""
+    check_gain(spec)
+    labels = labels if labels.is_floating_point() else labels.to(torch.get_default_dtype())
+    if spec == "exp2":
+        return torch.exp2(labels) - 1.0
+    if spec == "linear":
+        return labels
+    if isinstance(spec, Mapping):
+        out = torch.full_like(labels, float("nan"))
+        for key, value in spec.items():
+            value_t = torch.as_tensor(float(value), dtype=labels.dtype, device=labels.device)
+            out = torch.where(labels == float(key), value_t, out)
+        if torch.isnan(out).any():
+            missing = torch.unique(labels[torch.isnan(out)]).tolist()
+            raise ValueError(f"gain: labels {missing} have no entry in the gain mapping")
+        return out
+    return spec(labels)  # type: ignore[operator]
+
+
+def discount(ranks: Tensor, spec: DiscountLike = "log2", *, list_size: Tensor | int | None = None
+             ) -> Tensor:
+    """Elementwise discount of 1-based ``ranks``.
+
+    ``list_size`` (broadcastable to ``ranks``) is required by ``"linear"`` only: the number of
+    real items |S| of each list.
+    """
+    check_discount(spec)
+    ranks = ranks if ranks.is_floating_point() else ranks.to(torch.get_default_dtype())
+    if spec == "log2":
+        return 1.0 / torch.log2(ranks + 1.0)
+    if spec == "letor":
+        deep = 1.0 / torch.log2(ranks.clamp_min(2.0))
+        return torch.where(ranks <= 2.0, torch.ones_like(ranks), deep)
+    if spec == "linear":
+        if list_size is None:
+            raise ValueError("discount: 'linear' needs list_size (the number of items |S|)")
+        return torch.as_tensor(list_size, dtype=ranks.dtype, device=ranks.device) - ranks
+    return spec(ranks)  # type: ignore[operator]

@@ -1,0 +1,39 @@
+import math
+
+import pytest
+import torch
+
+from smoothrank.gains import discount, gain
+
+
+def test_gains():
+    labels = torch.tensor([0.0, 1.0, 2.0, 4.0], dtype=torch.float64)
+    assert gain(labels, "exp2").tolist() == [0.0, 1.0, 3.0, 15.0]
+    assert gain(labels, "linear").tolist() == [0.0, 1.0, 2.0, 4.0]
+    assert gain(labels, {0: 0.0, 1: 1.0, 2: 3.0, 4: 31.0}).tolist() == [0.0, 1.0, 3.0, 31.0]
+    assert gain(labels, lambda x: x * 2).tolist() == [0.0, 2.0, 4.0, 8.0]
+
+
+def test_discounts():
+    r = torch.arange(1, 6, dtype=torch.float64)
+    assert discount(r, "log2").tolist() == pytest.approx([1 / math.log2(i + 1) for i in range(1, 6)])
+    assert discount(r, "letor").tolist() == pytest.approx([1, 1, 1 / math.log2(3), 0.5, 1 / math.log2(5)])
+    assert discount(r, "linear", list_size=5).tolist() == [4, 3, 2, 1, 0]
+
+
+@pytest.mark.parametrize("bad", ["exp", "log", 3])
+def test_unknown_names_are_clear_errors(bad):
+    with pytest.raises(ValueError, match="gain"):
+        gain(torch.zeros(2), bad)
+    with pytest.raises(ValueError, match="discount"):
+        discount(torch.ones(2), bad)
+
+
+def test_unmapped_label_is_an_error():
+    with pytest.raises(ValueError, match=r"\[3.0\]"):
+        gain(torch.tensor([0.0, 3.0]), {0: 0.0, 1: 1.0})
+
+
+def test_linear_discount_needs_list_size():
+    with pytest.raises(ValueError, match="list_size"):
+        discount(torch.ones(2), "linear")
