@@ -14,10 +14,11 @@ import pkgutil
 import sys
 
 from smoothrank import __version__
+from smoothrank.errors import SmoothrankError
 
 
-class CLIError(Exception):
-    """A user-facing error: printed as ``smoothrank: error: <message>``, exit status 2."""
+class CLIError(SmoothrankError):
+    """A user-facing error of a sub-command: printed as ``smoothrank: error: <message>``, status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except CLIError as err:
+    except SmoothrankError as err:
         print(f"smoothrank: error: {err}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        # OSError's message already names the path.
+        print(f"smoothrank: error: {err.strerror}: {err.filename}", file=sys.stderr)
         return 2
