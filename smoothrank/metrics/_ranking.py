@@ -1,0 +1,199 @@
+"""Input checking and sorting under masks and tie policies, shared by every metric.
+
+All metrics see the same tensor convention: ``scores`` and ``labels`` of shape
+``(batch, list_size)`` and a boolean ``mask`` (True = real item; padding may sit anywhere in a row).
+A 1-D input is one query. numpy arrays are accepted and converted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from smoothrank import gains as _gains
+from smoothrank.errors import SmoothrankError
+
+TIES = ("input", "pessimistic", "optimistic")
+REDUCTIONS = ("mean", "sum", "none")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Checked inputs: 2-D float ``scores``/``labels`` in ``dtype``, a 2-D bool ``mask``."""
+
+    scores: Tensor
+    labels: Tensor
+    mask: Tensor
+    one_query: bool  # the caller passed 1-D arrays: results are squeezed to a scalar
+
+
+def _to_tensor(x: Any, name: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x.detach()
+    try:
+        arr = np.asarray(x)
+    except Exception as err:  # pragma: no cover - numpy's own message is kept
+        raise SmoothrankError(f"{name}: cannot be read as an array ({err})") from err
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise SmoothrankError(f"{name}: expected numbers, got an array of dtype {arr.dtype}")
+    return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> torch.dtype:
+    if dtype is not None:
+        if not dtype.is_floating_point:
+            raise SmoothrankError(f"dtype: expected a floating dtype, got {dtype}")
+        return dtype
+    # Follow the inputs; float64 wins so that exact inputs are never rounded.
+    candidates = [t.dtype for t in (scores, labels) if t.is_floating_point()]
+    if torch.float64 in candidates:
+        return torch.float64
+    return candidates[0] if candidates else torch.get_default_dtype()
+
+
+def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | None = None) -> Prepared:
+    """Check and convert metric inputs.
+
+    Raises
+    ------
+    SmoothrankError
+        naming the argument: mismatched shapes, more than 2 dimensions, NaN scores, NaN, infinite
+        or negative labels (on real items), a mask that is not boolean.
+    """
+    s = _to_tensor(scores, "scores")
+    y = _to_tensor(labels, "labels")
+    if s.dim() not in (1, 2):
+        raise SmoothrankError("scores: expected shape (list_size,) or (batch, list_size), "
+                              f"got {tuple(s.shape)}")
+    if s.shape[-1] == 0:
+        raise SmoothrankError("scores: empty list (list_size 0)")
+    if y.shape != s.shape:
+        raise SmoothrankError(f"labels: shape {tuple(y.shape)} does not match scores {tuple(s.shape)}")
+    if mask is None:
+        m = torch.ones(s.shape, dtype=torch.bool, device=s.device)
+    else:
+        m = _to_tensor(mask, "mask")
+        if m.dtype != torch.bool:
+            raise SmoothrankError(f"mask: expected a boolean tensor (True = real item), got dtype {m.dtype}")
+        if m.shape != s.shape:
+            raise SmoothrankError(f"mask: shape {tuple(m.shape)} does not match scores {tuple(s.shape)}")
+        m = m.to(s.device)
+    one_query = s.dim() == 1
+    if one_query:
+        s, y, m = s.unsqueeze(0), y.unsqueeze(0), m.unsqueeze(0)
+    dt = _float_dtype(s, y, dtype)
+    s = s.to(dtype=dt)
+    y = y.to(dtype=dt, device=s.device)
+    if torch.isnan(s[m]).any():
+        raise SmoothrankError("scores: NaN among the real items (mask=True)")
+    real_labels = y[m]
+    if not torch.isfinite(real_labels).all():
+        raise SmoothrankError("labels: NaN or infinite label among the real items (mask=True)")
+    if (real_labels < 0).any():
+        raise SmoothrankError(
+            f"labels: negative label {real_labels.min().item():g}; relevance labels must be >= 0 "
+            "(mark padding with mask=False, never with a sentinel label)")
+    # Padding values are arbitrary (NaN allowed): neutralise them so no arithmetic sees them.
+    s = torch.where(m, s, torch.zeros((), dtype=dt, device=s.device))
+    y = torch.where(m, y, torch.zeros((), dtype=dt, device=s.device))
+    return Prepared(s, y, m, one_query)
+
+
+def check_k(k: Any, *, argument: str = "k") -> int | None:
+    """Return ``k`` (``None`` = whole list) or raise naming ``argument`` unless it is an int >= 1."""
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int | np.integer):
+        raise SmoothrankError(f"{argument}: expected a positive integer or None, got {k!r}")
+    if k <= 0:
+        raise SmoothrankError(f"{argument}: must be >= 1, got {k}")
+    return int(k)
+
+
+def check_choice(value: Any, choices: tuple[str, ...], argument: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise SmoothrankError(f"{argument}: expected one of {choices}, got {value!r}")
+    return value
+
+
+def check_gain_discount(gain: Any, discount: Any) -> None:
+    """Validate gain and discount specs, re-raised as user-facing errors naming the argument."""
+    try:
+        _gains.check_gain(gain, argument="gain")
+        _gains.check_discount(discount, argument="discount")
+    except SmoothrankError:
+        raise
+    except ValueError as err:
+        raise SmoothrankError(str(err)) from err
+
+
+def real_gains(labels: Tensor, mask: Tensor, spec: Any) -> Tensor:
+    """Gain of each real item, 0 at padding (padding labels never reach a mapping or callable)."""
+    out = torch.zeros_like(labels)
+    try:
+        values = _gains.gain(labels[mask], spec)
+    except SmoothrankError:
+        raise
+    except ValueError as err:
+        raise SmoothrankError(str(err)) from err
+    values = torch.as_tensor(values, dtype=labels.dtype, device=labels.device)
+    if values.shape != labels[mask].shape:
+        raise SmoothrankError("gain: a callable gain must be elementwise (same shape in and out)")
+    if not torch.isfinite(values).all():
+        raise SmoothrankError("gain: the gain of some label is not finite (label too large for 'exp2'?)")
+    out[mask] = values
+    return out
+
+
+def sort_order(scores: Tensor, mask: Tensor, *, ties: str = "input", labels: Tensor | None = None) -> Tensor:
+    """Indices that rank each row: real items by descending score, padding last.
+
+    Ties in scores are broken by ``ties``: ``"input"`` keeps the input (file) order, ``"pessimistic"``
+    puts the least relevant item first, ``"optimistic"`` the most relevant; equal scores with equal
+    labels keep input order. Implemented as successive stable sorts (least significant key first),
+    so it is exact for any finite or infinite score and O(n log n).
+    """
+    n = scores.shape[-1]
+    order = torch.arange(n, device=scores.device).expand_as(scores)
+    if ties != "input":
+        if labels is None:
+            raise ValueError("sort_order: labels are needed for pessimistic/optimistic ties")
+        _, idx = torch.sort(labels, dim=-1, descending=(ties == "optimistic"), stable=True)
+        order = idx
+    key = torch.gather(scores, -1, order)
+    _, idx = torch.sort(key, dim=-1, descending=True, stable=True)
+    order = torch.gather(order, -1, idx)
+    # Last, the most significant key: real items before padding.
+    real = torch.gather(mask, -1, order).to(torch.uint8)
+    _, idx = torch.sort(real, dim=-1, descending=True, stable=True)
+    return torch.gather(order, -1, idx)
+
+
+def reduce(values: Tensor, reduction: str, *, one_query: bool) -> Tensor:
+    """Reduce per-query ``values`` (NaN = skipped query) with ``reduction``.
+
+    ``"mean"`` and ``"sum"`` ignore skipped queries; the mean over no query at all is NaN
+    (nothing to average), the sum 0.
+    """
+    if reduction == "none":
+        return values[0] if one_query else values
+    kept = values[~torch.isnan(values)]
+    if reduction == "sum":
+        return kept.sum()
+    if kept.numel() == 0:
+        return torch.full((), float("nan"), dtype=values.dtype, device=values.device)
+    return kept.mean()
+
+
+def positions(like: Tensor) -> Tensor:
+    """1-based rank of each position, shaped like ``like`` (batch, list_size)."""
+    n = like.shape[-1]
+    return torch.arange(1, n + 1, dtype=like.dtype, device=like.device).expand_as(like)
+
+
+Fn = Callable[..., Tensor]

@@ -1,0 +1,169 @@
+"""Evaluate several metrics at once under one named :class:`Convention`.
+
+Metric names (case-insensitive): ``ndcg@k``, ``ndcg`` (whole list), ``dcg@k``, ``p@k``
+(``precision@k``), ``map`` / ``map@k`` (``ap``), ``mrr`` / ``mrr@k`` (``rr``), ``ndcg_beta``,
+``dcg_beta``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from smoothrank.errors import SmoothrankError
+from smoothrank.metrics.binary import average_precision, precision, reciprocal_rank
+from smoothrank.metrics.conventions import Convention, get_convention
+from smoothrank.metrics.linear import dcg_beta, ndcg_beta
+from smoothrank.metrics.ndcg import dcg, ndcg
+
+LETOR4_METRICS: tuple[str, ...] = (*(f"ndcg@{k}" for k in range(1, 11)),
+                                   *(f"p@{k}" for k in range(1, 11)), "map")
+
+_NAME = re.compile(r"^(ndcg|dcg|p|precision|map|ap|mrr|rr|ndcg_beta|dcg_beta)(?:@(\d+))?$")
+_ALIASES = {"precision": "p", "ap": "map", "rr": "mrr"}
+
+
+def parse_metric(name: str) -> tuple[str, int | None]:
+    """Split ``"ndcg@10"`` into ``("ndcg", 10)``; raise naming ``metrics`` for an unknown name."""
+    match = _NAME.match(name.strip().lower()) if isinstance(name, str) else None
+    if match is None:
+        raise SmoothrankError(
+            f"metrics: unknown metric {name!r}; expected ndcg@k, ndcg, dcg@k, p@k, map, map@k, mrr, "
+            "mrr@k, ndcg_beta or dcg_beta")
+    kind = _ALIASES.get(match.group(1), match.group(1))
+    k = None if match.group(2) is None else int(match.group(2))
+    if k is not None and k <= 0:
+        raise SmoothrankError(f"metrics: the cutoff of {name!r} must be >= 1")
+    if kind == "p" and k is None:
+        raise SmoothrankError(f"metrics: {name!r} needs a cutoff, e.g. p@10")
+    if kind in ("ndcg_beta", "dcg_beta") and k is not None:
+        raise SmoothrankError(f"metrics: {name!r} takes no cutoff (NDCG^beta uses the whole list)")
+    return kind, k
+
+
+def _one(kind: str, k: int | None, conv: Convention, args: tuple, common: dict[str, Any]) -> Tensor:
+    if kind == "ndcg":
+        return ndcg(*args, k=k, gain=conv.gain, discount=conv.discount, empty=conv.ndcg_empty,
+                    ties=conv.ties, short=conv.ndcg_short, **common)
+    if kind == "dcg":
+        return dcg(*args, k=k, gain=conv.gain, discount=conv.discount, ties=conv.ties,
+                   short=conv.ndcg_short, **common)
+    if kind == "p":
+        return precision(*args, k=k, threshold=conv.threshold, ties=conv.ties, short=conv.precision_short,
+                         empty=conv.binary_empty, **common)
+    if kind == "map":
+        return average_precision(*args, k=k, threshold=conv.threshold, ties=conv.ties, empty=conv.map_empty,
+                                 denominator=conv.ap_denominator, **common)
+    if kind == "mrr":
+        return reciprocal_rank(*args, k=k, threshold=conv.threshold, ties=conv.ties, empty=conv.binary_empty,
+                               **common)
+    if kind == "ndcg_beta":
+        return ndcg_beta(*args, ties=conv.ties, empty=conv.ndcg_empty, **common)
+    return dcg_beta(*args, ties=conv.ties, **common)
+
+
+def _metric_list(metrics: str | Iterable[str]) -> list[str]:
+    if isinstance(metrics, str):
+        metrics = [m for m in metrics.split(",") if m.strip()]
+    names = [m.strip().lower() for m in metrics]
+    if not names:
+        raise SmoothrankError("metrics: no metric requested")
+    return names
+
+
+def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Iterable[str] = ("ndcg@10", "map"),
+             convention: str | Convention = "letor4", dtype: torch.dtype = torch.float64
+             ) -> dict[str, Tensor]:
+    """Per-query values of several metrics under one convention.
+
+    Parameters
+    ----------
+    scores, labels, mask : as in :func:`smoothrank.metrics.ndcg` (1-D = one query)
+    metrics : names such as ``"ndcg@5"``, ``"p@3"``, ``"map"``, ``"mrr"`` (or a comma-separated str)
+    convention : ``"letor4"``, ``"lightgbm"``, ``"trec"`` or a :class:`Convention`
+    dtype : computation dtype, float64 by default (exact)
+
+    Returns
+    -------
+    dict[str, Tensor]
+        name -> per-query values of shape (batch,) (1 for a 1-D input); NaN where the convention
+        skips the query. Average with :func:`mean_metrics`.
+    """
+    conv = get_convention(convention)
+    names = _metric_list(metrics)
+    parsed = [parse_metric(n) for n in names]
+    common = {"mask": mask, "reduction": "none", "dtype": dtype}
+    out: dict[str, Tensor] = {}
+    for name, (kind, k) in zip(names, parsed, strict=True):
+        value = _one(kind, k, conv, (scores, labels), common)
+        out[name] = value.reshape(-1)
+    return out
+
+
+def mean_metrics(per_query: dict[str, Tensor]) -> dict[str, float]:
+    """Mean of each metric over the queries it scores (NaN = skipped; NaN if all are skipped)."""
+    result: dict[str, float] = {}
+    for name, values in per_query.items():
+        v = torch.as_tensor(values, dtype=torch.float64)
+        kept = v[~torch.isnan(v)]
+        result[name] = float(kept.mean()) if kept.numel() else float("nan")
+    return result
+
+
+def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Lay flat per-document ``values`` out as (n_queries, max_list) rows with a mask.
+
+    Query q's documents are ``values[offsets[q]:offsets[q+1]]``, in that order.
+    """
+    offs = np.asarray(offsets, dtype=np.int64)
+    vals = torch.as_tensor(np.asarray(values))
+    if offs.ndim != 1 or offs.shape[0] < 1 or offs[0] != 0 or offs[-1] != vals.shape[0] \
+            or (np.diff(offs) < 0).any():
+        raise SmoothrankError(f"offsets: expected non-decreasing offsets from 0 to {vals.shape[0]}")
+    sizes = np.diff(offs)
+    n_q, width = sizes.shape[0], int(sizes.max()) if sizes.size else 0
+    query = np.repeat(np.arange(n_q), sizes)
+    pos = np.arange(vals.shape[0]) - offs[:-1][query]
+    out = torch.full((n_q, max(width, 1)), fill, dtype=vals.dtype)
+    mask = torch.zeros((n_q, max(width, 1)), dtype=torch.bool)
+    out[query, pos] = vals
+    mask[query, pos] = True
+    return out, mask
+
+
+def docno_descending_order(doc_ids: Sequence[str], offsets: Any) -> np.ndarray:
+    """Row permutation that sorts each query's documents by document id, descending (trec_eval)."""
+    offs = np.asarray(offsets, dtype=np.int64)
+    ids = np.asarray(doc_ids, dtype=str)
+    sizes = np.diff(offs)
+    query = np.repeat(np.arange(sizes.shape[0]), sizes)
+    # lexsort: last key most significant; reversing the id order via a descending rank.
+    _, id_rank = np.unique(ids, return_inverse=True)
+    return np.lexsort((-id_rank.reshape(-1), query))
+
+
+def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iterable[str] = LETOR4_METRICS,
+                  convention: str | Convention = "letor4", doc_ids: Sequence[str] | None = None,
+                  dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
+    """:func:`evaluate` on flat per-document arrays grouped by ``offsets`` (file order kept).
+
+    With ``doc_ids`` and a convention with ``docno_ties`` (``trec``), each query's documents are
+    first put in descending document-id order, so that tied scores are ordered as trec_eval
+    orders them.
+    """
+    conv = get_convention(convention)
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    y = np.asarray(labels, dtype=np.float64).reshape(-1)
+    if s.shape != y.shape:
+        raise SmoothrankError(f"scores: {s.shape[0]} scores for {y.shape[0]} labels")
+    if conv.docno_ties and doc_ids is not None:
+        perm = docno_descending_order(doc_ids, offsets)
+        s, y = s[perm], y[perm]
+    s_pad, mask = pad_groups(s, offsets)
+    y_pad, _ = pad_groups(y, offsets)
+    return evaluate(s_pad, y_pad, mask=mask, metrics=metrics, convention=conv, dtype=dtype)
