@@ -1,0 +1,24 @@
+"""LETOR / SVMlight I/O, query-list datasets, training and evaluation batches, transforms.
+
+See ``docs/data.md`` for the file formats, the reader's policies and the batch layout.
+"""
+
+from smoothrank.data.batching import Batch, evaluation_batches, training_batches
+from smoothrank.data.dataset import Dataset
+from smoothrank.data.letor import load_letor, parse_letor
+from smoothrank.data.predictions import read_predictions
+from smoothrank.data.writers import write_letor, write_predictions, write_qrels, write_trec_run
+
+__all__ = [
+    "Batch",
+    "Dataset",
+    "evaluation_batches",
+    "load_letor",
+    "parse_letor",
+    "read_predictions",
+    "training_batches",
+    "write_letor",
+    "write_predictions",
+    "write_qrels",
+    "write_trec_run",
+]

@@ -1,0 +1,186 @@
+"""Padded query-list batches: fixed-size training slates and length-bucketed evaluation lists.
+
+Layout (the project's tensor convention): ``features`` (batch, list_size, n_features),
+``labels`` and ``mask`` (batch, list_size). Padding is marked only by ``mask == False``; padded
+positions hold zero features and a zero label, which no consumer may read as a real label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from smoothrank.data.dataset import Dataset
+from smoothrank.errors import SmoothrankError
+
+SAMPLINGS = ("random", "softrank")
+
+
+@dataclass
+class Batch:
+    """A batch of query lists.
+
+    Attributes
+    ----------
+    features : Tensor  float32 (B, L, F)
+    labels : Tensor    float32 (B, L)
+    mask : Tensor      bool (B, L), True = real document
+    query_index : Tensor  int64 (B,), the dataset query of each list
+    rows : Tensor      int64 (B, L), the dataset row of each position, -1 for padding
+    """
+
+    features: Tensor
+    labels: Tensor
+    mask: Tensor
+    query_index: Tensor
+    rows: Tensor
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch on ``device``."""
+        return Batch(self.features.to(device), self.labels.to(device), self.mask.to(device),
+                     self.query_index.to(device), self.rows.to(device))
+
+    def scatter_scores(self, scores: Tensor, out: np.ndarray) -> None:
+        """Write ``scores`` (B, L) of the real positions into ``out[rows]`` (a per-row array)."""
+        if tuple(scores.shape) != tuple(self.mask.shape):
+            raise SmoothrankError(f"scores: expected shape {tuple(self.mask.shape)}, "
+                                  f"got {tuple(scores.shape)}")
+        mask = self.mask.cpu()
+        out[self.rows.cpu()[mask].numpy()] = scores.detach().cpu()[mask].double().numpy()
+
+
+def as_generator(seed_or_generator: int | np.random.Generator | torch.Generator) -> np.random.Generator:
+    """A NumPy generator from a seed, a NumPy generator (used as is) or a torch generator."""
+    if isinstance(seed_or_generator, np.random.Generator):
+        return seed_or_generator
+    if isinstance(seed_or_generator, torch.Generator):
+        seed = int(torch.randint(0, 2**62, (1,), generator=seed_or_generator).item())
+        return np.random.default_rng(seed)
+    if isinstance(seed_or_generator, int | np.integer) and not isinstance(seed_or_generator, bool):
+        return np.random.default_rng(int(seed_or_generator))
+    raise SmoothrankError("seed_or_generator: expected an int seed, a numpy Generator or a torch Generator, "
+                          f"got {type(seed_or_generator).__name__}")
+
+
+def softrank_sample(labels: np.ndarray, rng: np.random.Generator, *, max_extra: int = 30) -> np.ndarray:
+    """Row positions kept by the SoftRank paper's training subsampling (Taylor et al. 2008, 4.1).
+
+    All judged documents are kept; unjudged ones, assumed irrelevant, are added at random until
+    as many as the judged set, or ``max_extra``, have been drawn, whichever comes first. In
+    fully judged LETOR data the "judged" set is the relevant documents (label > 0) and the
+    unjudged pool is the label-0 documents. Returned in list order.
+    """
+    relevant = np.flatnonzero(labels > 0)
+    pool = np.flatnonzero(labels <= 0)
+    n_extra = min(relevant.shape[0], max_extra, pool.shape[0])
+    extra = rng.choice(pool, size=n_extra, replace=False) if n_extra else pool[:0]
+    return np.sort(np.concatenate([relevant, extra]))
+
+
+def _check_positive(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise SmoothrankError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _fill(dataset: Dataset, queries: Sequence[int], positions: Sequence[np.ndarray], width: int) -> Batch:
+    b = len(queries)
+    feats = np.zeros((b, width, dataset.n_features), dtype=np.float32)
+    labels = np.zeros((b, width), dtype=np.float32)
+    mask = np.zeros((b, width), dtype=bool)
+    rows = np.full((b, width), -1, dtype=np.int64)
+    for i, (q, local) in enumerate(zip(queries, positions, strict=True)):
+        r = dataset.offsets[q] + local
+        n = r.shape[0]
+        feats[i, :n] = dataset.features[r]
+        labels[i, :n] = dataset.labels[r]
+        mask[i, :n] = True
+        rows[i, :n] = r
+    return Batch(torch.from_numpy(feats), torch.from_numpy(labels), torch.from_numpy(mask),
+                 torch.as_tensor(np.asarray(queries, dtype=np.int64)), torch.from_numpy(rows))
+
+
+def training_batches(
+    dataset: Dataset,
+    *,
+    list_size: int,
+    batch_size: int,
+    shuffle: bool = True,
+    seed_or_generator: int | np.random.Generator | torch.Generator,
+    sampling: str = "random",
+    softrank_max_extra: int = 30,
+    drop_last: bool = False,
+) -> Iterator[Batch]:
+    """One epoch of training slates of exactly ``list_size`` positions.
+
+    A list longer than ``list_size`` is subsampled uniformly without replacement (the NeuralNDCG
+    protocol, ``list_size=240``); a shorter one is padded (``mask == False``). With
+    ``shuffle=True`` the query order and the order of documents inside each slate are random,
+    so no model can learn the file order; otherwise both keep the dataset order.
+
+    ``sampling="softrank"`` first applies :func:`softrank_sample` (all relevant documents plus
+    random irrelevant ones up to that count or ``softrank_max_extra``); queries without a
+    relevant document then have no document left and are skipped.
+
+    All randomness comes from ``seed_or_generator`` (an int seed, a NumPy or torch generator).
+    """
+    list_size = _check_positive(list_size, "list_size")
+    batch_size = _check_positive(batch_size, "batch_size")
+    if sampling not in SAMPLINGS:
+        raise SmoothrankError(f"sampling: expected one of {SAMPLINGS}, got {sampling!r}")
+    if softrank_max_extra < 0:
+        raise SmoothrankError(f"softrank_max_extra: expected >= 0, got {softrank_max_extra!r}")
+    rng = as_generator(seed_or_generator)
+    order = rng.permutation(dataset.n_queries) if shuffle else np.arange(dataset.n_queries)
+    queries: list[int] = []
+    positions: list[np.ndarray] = []
+    for q in order.tolist():
+        n = int(dataset.offsets[q + 1] - dataset.offsets[q])
+        if sampling == "softrank":
+            local = softrank_sample(dataset.labels[dataset.offsets[q]:dataset.offsets[q + 1]], rng,
+                                    max_extra=softrank_max_extra)
+            if local.shape[0] == 0:
+                continue
+        else:
+            local = np.arange(n)
+        if local.shape[0] > list_size:
+            local = rng.choice(local, size=list_size, replace=False)
+            if not shuffle:
+                local = np.sort(local)
+        elif shuffle:
+            local = rng.permutation(local)
+        queries.append(q)
+        positions.append(local)
+        if len(queries) == batch_size:
+            yield _fill(dataset, queries, positions, list_size)
+            queries, positions = [], []
+    if queries and not drop_last:
+        yield _fill(dataset, queries, positions, list_size)
+
+
+def evaluation_batches(dataset: Dataset, *, batch_size: int = 64,
+                       max_items: int = 1 << 16) -> Iterator[Batch]:
+    """Full lists, bucketed by length so that one long query does not pad a whole batch.
+
+    Queries are sorted by length (stable) and grouped greedily: a batch holds at most
+    ``batch_size`` queries and at most ``max_items`` padded positions (a single list longer
+    than ``max_items`` forms its own batch). Each batch is as wide as its longest list. Every
+    query appears exactly once; ``Batch.query_index`` says which.
+    """
+    batch_size = _check_positive(batch_size, "batch_size")
+    max_items = _check_positive(max_items, "max_items")
+    sizes = dataset.list_sizes
+    order = np.argsort(sizes, kind="stable").tolist()
+    group: list[int] = []
+    for q in order:
+        width = int(sizes[q])  # sorted ascending: the newcomer is the widest
+        if group and (len(group) == batch_size or (len(group) + 1) * width > max_items):
+            yield _fill(dataset, group, [np.arange(sizes[g]) for g in group], int(sizes[group[-1]]))
+            group = []
+        group.append(q)
+    if group:
+        yield _fill(dataset, group, [np.arange(sizes[g]) for g in group], int(sizes[group[-1]]))

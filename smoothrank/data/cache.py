@@ -1,0 +1,71 @@
+"""A binary cache of parsed datasets, keyed by the input's content hash and the reader's options.
+
+Entries are uncompressed ``.npz`` files (no pickles) in ``$SMOOTHRANK_CACHE`` or, when that is
+unset, ``~/.cache/smoothrank``. They are written atomically, so concurrent readers and writers
+never see a partial entry; a damaged entry is ignored and rewritten. Changing the file's bytes,
+its ``.query`` side file or any reader option changes the key, so a stale entry is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+import zipfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from smoothrank.data._io import atomic_writer
+
+#: Bump when the parser's output for the same input and options changes.
+FORMAT_VERSION = 1
+_FIELDS = ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers")
+
+
+def cache_dir() -> Path:
+    """The cache folder: ``$SMOOTHRANK_CACHE`` if set, else ``~/.cache/smoothrank``."""
+    env = os.environ.get("SMOOTHRANK_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "smoothrank"
+
+
+def file_digest(path: Path, *, chunk: int = 1 << 22) -> str:
+    """BLAKE2b digest of the raw bytes of ``path`` (read in chunks: no whole-file copy)."""
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_key(digests: Iterable[str], options: Mapping[str, object]) -> str:
+    """The entry name for inputs with the given content digests, read with ``options``."""
+    payload = json.dumps({"v": FORMAT_VERSION, "inputs": list(digests), "options": dict(options)},
+                         sort_keys=True, default=str)
+    return hashlib.blake2b(payload.encode(), digest_size=20).hexdigest()
+
+
+def load_entry(key: str) -> dict[str, np.ndarray] | None:
+    """The arrays stored under ``key``, or None if absent or unreadable."""
+    path = cache_dir() / f"{key}.npz"
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in _FIELDS}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+        return None  # a damaged entry: parse again and overwrite it
+    return arrays
+
+
+def store_entry(key: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """Store ``arrays`` under ``key``; a cache that cannot be written only warns."""
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_writer(folder / f"{key}.npz") as handle:
+            np.savez(handle, **{name: arrays[name] for name in _FIELDS})
+    except OSError as err:
+        warnings.warn(f"smoothrank: could not write the dataset cache in {folder}: {err}", stacklevel=3)

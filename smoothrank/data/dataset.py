@@ -1,0 +1,181 @@
+"""The in-memory query-list dataset shared by the reader, the batchers and the writers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from smoothrank.errors import SmoothrankError
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """Documents grouped into queries, in file order.
+
+    Query ``q`` owns rows ``offsets[q]:offsets[q + 1]``. Rows keep the order of the source file
+    unless the reader was asked to regroup interleaved queries; ``line_numbers`` always gives
+    each row's 1-based source line, so predictions can be mapped back to the file.
+
+    Attributes
+    ----------
+    features : np.ndarray
+        float32, shape (n_docs, n_features); features absent from a sparse line are 0.
+    labels : np.ndarray
+        float32, shape (n_docs,).
+    qids : np.ndarray
+        str, shape (n_queries,).
+    doc_ids : np.ndarray
+        str, shape (n_docs,); LETOR's ``#docid = ...`` when present, else the line number.
+    offsets : np.ndarray
+        int64, shape (n_queries + 1,), ``offsets[0] == 0``, strictly increasing (every query
+        has at least one document).
+    line_numbers : np.ndarray
+        int64, shape (n_docs,), 1-based source lines.
+    source : str
+        Where the data came from (a path or a description), used in messages.
+    """
+
+    features: np.ndarray
+    labels: np.ndarray
+    qids: np.ndarray
+    doc_ids: np.ndarray
+    offsets: np.ndarray
+    line_numbers: np.ndarray
+    source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_arrays(
+        cls,
+        features: np.ndarray,
+        labels: np.ndarray,
+        query_ids: Sequence[object] | np.ndarray,
+        *,
+        doc_ids: Sequence[object] | np.ndarray | None = None,
+        source: str = "<arrays>",
+    ) -> Dataset:
+        """Build a dataset from per-row arrays; rows of one query must be contiguous.
+
+        ``query_ids`` has one entry per row (any type; converted to ``str``).
+        """
+        features = np.asarray(features)
+        labels = np.asarray(labels)
+        per_row = np.asarray([str(q) for q in np.asarray(query_ids).tolist()], dtype=np.str_)
+        n = per_row.shape[0]
+        if features.ndim != 2 or features.shape[0] != n or labels.shape != (n,):
+            raise SmoothrankError(
+                f"from_arrays: features must be (n_docs, n_features) and labels and query_ids (n_docs,); "
+                f"got features {features.shape}, labels {labels.shape}, query_ids ({n},)")
+        if n == 0:
+            raise SmoothrankError("from_arrays: no rows")
+        starts = np.flatnonzero(np.r_[True, per_row[1:] != per_row[:-1]])
+        qids = per_row[starts]
+        if np.unique(qids).shape[0] != qids.shape[0]:
+            raise SmoothrankError("from_arrays: query_ids: rows of one query must be contiguous")
+        offsets = np.r_[starts, n].astype(np.int64)
+        lines = np.arange(1, n + 1, dtype=np.int64)
+        if doc_ids is None:
+            docs = lines.astype(np.str_)
+        else:
+            docs = np.asarray([str(d) for d in np.asarray(doc_ids).tolist()], dtype=np.str_)
+        return cls(features.astype(np.float32, copy=False), labels.astype(np.float32, copy=False),
+                   qids, docs, offsets, lines, source)
+
+    # ----------------------------------------------------------------- sizes
+    @property
+    def n_docs(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def list_sizes(self) -> np.ndarray:
+        """int64 (n_queries,): the number of documents of each query."""
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return self.n_queries
+
+    # ----------------------------------------------------------------- access
+    def rows(self, q: int) -> slice:
+        """The row slice of query ``q``."""
+        q = self._check_query(q)
+        return slice(int(self.offsets[q]), int(self.offsets[q + 1]))
+
+    def query(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(features, labels)`` of query ``q`` (views, not copies)."""
+        sl = self.rows(q)
+        return self.features[sl], self.labels[sl]
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Iterate over queries, yielding ``(features, labels)``."""
+        for q in range(self.n_queries):
+            yield self.query(q)
+
+    def query_of_row(self) -> np.ndarray:
+        """int64 (n_docs,): the query index of every row."""
+        return np.repeat(np.arange(self.n_queries, dtype=np.int64), self.list_sizes)
+
+    def with_features(self, new_features: np.ndarray) -> Dataset:
+        """The same queries with ``new_features`` (n_docs rows, any number of columns)."""
+        new_features = np.asarray(new_features)
+        if new_features.ndim != 2 or new_features.shape[0] != self.n_docs:
+            raise SmoothrankError(f"with_features: new_features must have shape ({self.n_docs}, F), "
+                                  f"got {new_features.shape}")
+        return Dataset(new_features.astype(np.float32, copy=False), self.labels, self.qids,
+                       self.doc_ids, self.offsets, self.line_numbers, self.source)
+
+    def subset(self, queries: Sequence[int] | np.ndarray) -> Dataset:
+        """A dataset of the given queries, in the given order."""
+        idx = np.asarray(queries, dtype=np.int64).reshape(-1)
+        if idx.size == 0:
+            raise SmoothrankError("subset: queries is empty")
+        if idx.min() < -self.n_queries or idx.max() >= self.n_queries:
+            raise SmoothrankError(f"subset: queries out of range for {self.n_queries} queries")
+        idx = idx % self.n_queries
+        sizes = self.list_sizes[idx]
+        rows = np.concatenate([np.arange(self.offsets[q], self.offsets[q + 1]) for q in idx])
+        return Dataset(self.features[rows], self.labels[rows], self.qids[idx], self.doc_ids[rows],
+                       np.r_[0, np.cumsum(sizes)].astype(np.int64), self.line_numbers[rows], self.source)
+
+    def _check_query(self, q: int) -> int:
+        if not -self.n_queries <= int(q) < self.n_queries:
+            raise IndexError(f"query index {q} out of range for {self.n_queries} queries")
+        return int(q) % self.n_queries
+
+    def __repr__(self) -> str:
+        return (f"Dataset(source={self.source!r}, n_queries={self.n_queries}, n_docs={self.n_docs}, "
+                f"n_features={self.n_features})")
+
+
+def _validate(ds: Dataset) -> None:
+    """Check the invariants that every consumer relies on; raise SmoothrankError otherwise."""
+    f, y, o = ds.features, ds.labels, ds.offsets
+    if not isinstance(f, np.ndarray) or f.dtype != np.float32 or f.ndim != 2:
+        raise SmoothrankError("Dataset: features must be a float32 array of shape (n_docs, n_features)")
+    n = f.shape[0]
+    if not isinstance(y, np.ndarray) or y.dtype != np.float32 or y.shape != (n,):
+        raise SmoothrankError(f"Dataset: labels must be a float32 array of shape ({n},)")
+    if not isinstance(o, np.ndarray) or o.dtype != np.int64 or o.ndim != 1 or o.shape[0] < 1:
+        raise SmoothrankError("Dataset: offsets must be an int64 array of shape (n_queries + 1,)")
+    if o[0] != 0 or o[-1] != n or (o.shape[0] > 1 and np.any(np.diff(o) <= 0)):
+        raise SmoothrankError("Dataset: offsets must start at 0, end at n_docs and increase strictly")
+    nq = o.shape[0] - 1
+    if not isinstance(ds.qids, np.ndarray) or ds.qids.shape != (nq,) or ds.qids.dtype.kind != "U":
+        raise SmoothrankError(f"Dataset: qids must be a str array of shape ({nq},)")
+    if not isinstance(ds.doc_ids, np.ndarray) or ds.doc_ids.shape != (n,) or ds.doc_ids.dtype.kind != "U":
+        raise SmoothrankError(f"Dataset: doc_ids must be a str array of shape ({n},)")
+    lines = ds.line_numbers
+    if not isinstance(lines, np.ndarray) or lines.dtype != np.int64 or lines.shape != (n,):
+        raise SmoothrankError(f"Dataset: line_numbers must be an int64 array of shape ({n},)")

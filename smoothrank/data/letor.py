@@ -1,0 +1,490 @@
+"""A strict, fast reader of LETOR / SVMlight ranking files.
+
+Line format (LETOR 3.0/4.0, MSLR-WEB, Istella, Yahoo)::
+
+    <label> qid:<query id> <index>:<value> <index>:<value> ... [# comment]
+
+LightGBM-style files omit ``qid:``; their query boundaries come from a ``.query`` side file
+holding one group size per line.
+
+Strict by default: every problem is reported as ``DataFormatError("<file>:<line>: ...")``.
+Refused: a non-numeric or non-finite label or value, a missing ``qid:``, a feature index
+repeated on one line, an index beyond ``n_features``, a qid that reappears after another
+qid's block (unless ``regroup=True``), fractional or negative labels (unless allowed).
+
+Speed: lines are split in Python, but every number is parsed and checked by vectorised NumPy
+code, chunk by chunk; features are stored once, as float32 (no dense float64 copy). A binary
+cache (:mod:`smoothrank.data.cache`) makes a second load of a large file much faster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from smoothrank.data import cache as _cache
+from smoothrank.data._io import open_binary
+from smoothrank.data.dataset import Dataset
+from smoothrank.errors import DataFormatError, SmoothrankError
+
+_DOCID = re.compile(rb"docid\s*=\s*(\S+)")
+_NULL = re.compile(rb":NULL(?= |$)")
+_NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf|infinity)",
+                     re.IGNORECASE)
+_F32_MAX = float(np.finfo(np.float32).max)
+_MAX_INDEX = 2**31 - 2
+#: Files at least this large (raw bytes) are cached when ``cache=None``.
+AUTO_CACHE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """The reader's options (documented in :func:`load_letor`); part of the cache key."""
+
+    n_features: int | None = None
+    zero_based: bool | str = "auto"
+    null_value: float | None = 0.0
+    allow_real_labels: bool = False
+    allow_negative_labels: bool = False
+    regroup: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_features is not None and (not isinstance(self.n_features, int | np.integer)
+                                            or isinstance(self.n_features, bool) or self.n_features < 1):
+            raise SmoothrankError(f"n_features: expected a positive integer or None, got {self.n_features!r}")
+        if self.zero_based not in (True, False, "auto"):
+            raise SmoothrankError(f"zero_based: expected True, False or 'auto', got {self.zero_based!r}")
+        if self.null_value is not None and not np.isfinite(float(self.null_value)):
+            raise SmoothrankError(f"null_value: expected a finite number or None, got {self.null_value!r}")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"n_features": self.n_features, "zero_based": self.zero_based,
+                "null_value": self.null_value, "allow_real_labels": self.allow_real_labels,
+                "allow_negative_labels": self.allow_negative_labels, "regroup": self.regroup}
+
+
+# --------------------------------------------------------------------------------- public API
+def load_letor(
+    path: str | os.PathLike[str],
+    *,
+    n_features: int | None = None,
+    query_file: str | os.PathLike[str] | None = "auto",
+    zero_based: bool | str = "auto",
+    null_value: float | None = 0.0,
+    allow_real_labels: bool = False,
+    allow_negative_labels: bool = False,
+    regroup: bool = False,
+    cache: bool | None = None,
+) -> Dataset:
+    """Read a LETOR / SVMlight ranking file (plain or gzip, LF or CRLF) into a :class:`Dataset`.
+
+    Parameters
+    ----------
+    path
+        The file. gzip is recognised by its magic bytes, whatever the suffix.
+    n_features
+        The declared feature count; an index beyond it is an error. ``None``: the largest index.
+    query_file
+        A LightGBM ``.query`` side file (one group size per line) for files without ``qid:``.
+        ``"auto"`` (default) uses ``<path without .gz>.query`` or ``<path>.query`` when the
+        first data line has no ``qid:`` and such a file exists. Query ids are then ``"0", "1", ...``.
+    zero_based
+        Whether feature index 0 is the first column. ``"auto"``: zero-based iff index 0 occurs.
+        ``False`` makes index 0 an error.
+    null_value
+        Fill policy for LETOR 3.0's literal ``NULL`` values (missing features): they are read as
+        this number (default 0.0, the value of an absent sparse feature). ``None``: an error.
+    allow_real_labels, allow_negative_labels
+        By default labels must be non-negative integers (graded relevance).
+    regroup
+        Rows of one qid must be contiguous. With ``regroup=True`` interleaved rows are grouped
+        (stably, queries in order of first appearance); ``Dataset.line_numbers`` still gives
+        each row's source line, and :func:`~smoothrank.data.write_predictions` with
+        ``dataset=`` writes scores back in file order.
+    cache
+        Use the binary cache (:mod:`smoothrank.data.cache`). ``None``: only for files of at
+        least 1 MiB.
+
+    Returns
+    -------
+    Dataset
+        Rows in file order; ``doc_ids`` from a ``#docid = X`` comment, else the line number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        if path.exists():
+            raise SmoothrankError(f"{path}: not a file")
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    options = ReaderOptions(n_features, zero_based, null_value, bool(allow_real_labels),
+                            bool(allow_negative_labels), bool(regroup))
+    side = _find_query_file(path, query_file)
+    use_cache = cache if cache is not None else path.stat().st_size >= AUTO_CACHE_BYTES
+    key = None
+    if use_cache:
+        digests = [_cache.file_digest(path)] + ([_cache.file_digest(side)] if side else [])
+        key = _cache.cache_key(digests, options.as_dict())
+        entry = _cache.load_entry(key)
+        if entry is not None:
+            return Dataset(source=str(path), **entry)
+    sizes = _read_query_file(side) if side is not None else None
+    with open_binary(path) as handle:
+        dataset = _parse_stream(handle, source=str(path), options=options, query_sizes=sizes,
+                                query_source=str(side) if side else None)
+    if key is not None:
+        _cache.store_entry(key, _arrays(dataset))
+    return dataset
+
+
+def parse_letor(
+    data: bytes,
+    *,
+    source: str = "<bytes>",
+    query_sizes: Sequence[int] | None = None,
+    **options: object,
+) -> Dataset:
+    """Parse LETOR text already in memory (the options are those of :func:`load_letor`)."""
+    opts = ReaderOptions(**options)  # type: ignore[arg-type]
+    lines = data.splitlines(keepends=True)
+    sizes = None if query_sizes is None else np.asarray(query_sizes, dtype=np.int64)
+    return _parse_lines([lines], source=source, options=opts, query_sizes=sizes, query_source="query_sizes")
+
+
+# --------------------------------------------------------------------------------- side files
+def _find_query_file(path: Path, query_file: str | os.PathLike[str] | None) -> Path | None:
+    if query_file is None:
+        return None
+    if isinstance(query_file, str) and query_file == "auto":
+        if _first_line_has_qid(path):
+            return None
+        stem = path.with_suffix("") if path.suffix == ".gz" else path
+        for candidate in (Path(f"{stem}.query"), Path(f"{path}.query")):
+            if candidate.is_file():
+                return candidate
+        return None
+    side = Path(query_file)
+    if not side.is_file():
+        raise FileNotFoundError(2, "No such file or directory (query_file)", str(side))
+    return side
+
+
+def _first_line_has_qid(path: Path) -> bool:
+    with open_binary(path) as handle:
+        for raw in handle:
+            parts = raw.split(b"#", 1)[0].split()
+            if parts:
+                return len(parts) > 1 and parts[1].startswith(b"qid:")
+    return True
+
+
+def _read_query_file(path: Path) -> np.ndarray:
+    """Group sizes, one positive integer per line (blank lines ignored)."""
+    sizes = []
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            text = raw.strip()
+            if not text:
+                continue
+            if not text.isdigit() or int(text) == 0:
+                raise DataFormatError(f"{path}:{lineno}: a group size must be a positive integer, "
+                                      f"got {_show(text)}")
+            sizes.append(int(text))
+    if not sizes:
+        raise DataFormatError(f"{path}: no group sizes")
+    return np.asarray(sizes, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------- parsing
+@dataclass
+class _Rows:
+    """What the line loop collects, chunk by chunk."""
+
+    labels: list[np.ndarray] = field(default_factory=list)
+    qids: list[bytes | None] = field(default_factory=list)
+    doc_ids: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    blocks: list[np.ndarray] = field(default_factory=list)
+    first_zero_line: int | None = None
+    first_limit_line: int | None = None  # first line using index == n_features
+    max_index: int = -1
+
+
+def _parse_stream(handle, *, source: str, options: ReaderOptions, query_sizes: np.ndarray | None,
+                  query_source: str | None, chunk_bytes: int = 1 << 24) -> Dataset:
+    def chunks():
+        while lines := handle.readlines(chunk_bytes):
+            yield lines
+    return _parse_lines(chunks(), source=source, options=options, query_sizes=query_sizes,
+                        query_source=query_source)
+
+
+def _parse_lines(chunks, *, source: str, options: ReaderOptions, query_sizes: np.ndarray | None,
+                 query_source: str | None) -> Dataset:
+    acc = _Rows()
+    lineno = 0
+    for lines in chunks:
+        label_tok: list[bytes] = []
+        feat_tok: list[bytes] = []
+        counts: list[int] = []
+        chunk_lines: list[int] = []
+        for raw in lines:
+            lineno += 1
+            hash_at = raw.find(b"#")
+            if hash_at >= 0:
+                body = raw[:hash_at]
+                match = _DOCID.search(raw, hash_at)
+            else:
+                body, match = raw, None
+            parts = body.split()
+            if not parts:
+                continue  # blank or comment-only line
+            if len(parts) > 1 and parts[1].startswith(b"qid:"):
+                qid = parts[1][4:]
+                if not qid:
+                    raise DataFormatError(f"{source}:{lineno}: empty query id in 'qid:'")
+                feats = parts[2:]
+            else:
+                qid = None
+                feats = parts[1:]
+            label_tok.append(parts[0])
+            acc.qids.append(qid)
+            acc.doc_ids.append(_decode(match.group(1), source, lineno, "docid") if match else str(lineno))
+            feat_tok.extend(feats)
+            counts.append(len(feats))
+            chunk_lines.append(lineno)
+        if not chunk_lines:
+            continue
+        acc.lines.extend(chunk_lines)
+        acc.labels.append(_parse_labels(label_tok, chunk_lines, source, options))
+        _parse_features(feat_tok, counts, chunk_lines, source, options, acc)
+    if not acc.lines:
+        raise DataFormatError(f"{source}: no data lines")
+    return _assemble(acc, source=source, options=options, query_sizes=query_sizes, query_source=query_source)
+
+
+def _parse_labels(tokens: list[bytes], lines: list[int], source: str, options: ReaderOptions) -> np.ndarray:
+    values = _fast_floats(b" ".join(tokens), len(tokens))
+    if values is None:
+        for tok, line in zip(tokens, lines, strict=True):
+            if not _NUMBER.fullmatch(tok):
+                raise DataFormatError(f"{source}:{line}: the label {_show(tok)} is not a number")
+        raise DataFormatError(f"{source}: unreadable labels")  # pragma: no cover - defensive
+    bad = ~np.isfinite(values)
+    if not options.allow_real_labels:
+        bad |= values != np.round(values)
+    if not options.allow_negative_labels:
+        bad |= values < 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        v = values[i]
+        if not np.isfinite(v):
+            why = "is not finite"
+        elif v != round(v):
+            why = "is not an integer (pass allow_real_labels=True for real-valued labels)"
+        else:
+            why = "is negative (pass allow_negative_labels=True to allow it)"
+        raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} {why}")
+    if np.any(np.abs(values) > _F32_MAX):
+        i = int(np.argmax(np.abs(values) > _F32_MAX))
+        raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} overflows float32")
+    return values.astype(np.float32)
+
+
+def _fast_floats(text: bytes, expected: int) -> np.ndarray | None:
+    """Parse ``expected`` whitespace-separated numbers, or return None if that is not exactly it."""
+    if expected == 0:
+        return np.zeros(0, dtype=np.float64)
+    try:
+        values = np.fromstring(text, dtype=np.float64, sep=" ")
+    except ValueError:
+        return None
+    return values if values.shape[0] == expected else None
+
+
+def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], source: str,
+                    options: ReaderOptions, acc: _Rows) -> None:
+    """Parse ``index:value`` tokens of one chunk into a dense float32 block (columns = raw index)."""
+    n_rows, n_tok = len(counts), len(tokens)
+    if n_tok == 0:
+        acc.blocks.append(np.zeros((n_rows, 0), dtype=np.float32))
+        return
+    joined = b" ".join(tokens)
+    if b"NULL" in joined and options.null_value is not None:
+        joined = _NULL.sub(b":" + repr(float(options.null_value)).encode(), joined)
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    is_sep = (buf == ord(":")) | (buf == ord(" "))
+    seps = buf[is_sep]
+    # Every token must be exactly "<digits>:<number>": separators alternate ':' ' ' ':' ...
+    ok = seps.shape[0] == 2 * n_tok - 1 and bool(np.all(seps[0::2] == ord(":"))) \
+        and bool(np.all(seps[1::2] == ord(" ")))
+    if ok:
+        # Bytes after an even number of separators (and not separators) belong to an index.
+        parity = np.cumsum(is_sep, dtype=np.uint8) & 1
+        index_bytes = buf[(~is_sep) & (parity == 0)]
+        ok = bool(np.all((index_bytes >= ord("0")) & (index_bytes <= ord("9"))))
+    numbers = _fast_floats(joined.replace(b":", b" "), 2 * n_tok) if ok else None
+    if numbers is None:
+        _locate_token_error(tokens, counts, lines, source, options)
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), counts)
+    index = numbers[0::2]
+    values = numbers[1::2]
+
+    def fail(mask: np.ndarray, message: str) -> None:
+        t = int(np.argmax(mask))
+        raise DataFormatError(f"{source}:{lines[rows[t]]}: {message.format(tok=_show(tokens[t]))}")
+
+    if np.any(index > _MAX_INDEX):
+        fail(index > _MAX_INDEX, "feature index too large in {tok}")
+    index = index.astype(np.int64)
+    if not np.all(np.isfinite(values)):
+        fail(~np.isfinite(values), "non-finite feature value in {tok}")
+    if np.any(np.abs(values) > _F32_MAX):
+        fail(np.abs(values) > _F32_MAX, "feature value out of the float32 range in {tok}")
+    if options.zero_based is False and np.any(index == 0):
+        fail(index == 0, "feature index 0 in {tok}, but zero_based=False (indices start at 1)")
+    if options.n_features is not None:
+        limit = options.n_features
+        if np.any(index > limit):
+            fail(index > limit, f"feature index in {{tok}} is beyond n_features={limit}")
+        if options.zero_based is not False and acc.first_limit_line is None and np.any(index == limit):
+            acc.first_limit_line = lines[rows[int(np.argmax(index == limit))]]
+    if acc.first_zero_line is None and np.any(index == 0):
+        acc.first_zero_line = lines[rows[int(np.argmax(index == 0))]]
+    # Duplicates: within a row indices normally increase; only if not, look closer.
+    same_row = rows[1:] == rows[:-1]
+    if np.any(same_row & (index[1:] <= index[:-1])):
+        order = np.lexsort((np.arange(n_tok), index, rows))
+        dup = (rows[order][1:] == rows[order][:-1]) & (index[order][1:] == index[order][:-1])
+        if dup.any():
+            t = int(np.min(order[1:][dup]))
+            raise DataFormatError(f"{source}:{lines[rows[t]]}: feature index {index[t]} repeated on one line")
+    width = int(index.max()) + 1
+    acc.max_index = max(acc.max_index, width - 1)
+    block = np.zeros((n_rows, width), dtype=np.float32)
+    block[rows, index] = values
+    acc.blocks.append(block)
+
+
+def _locate_token_error(tokens: list[bytes], counts: list[int], lines: list[int], source: str,
+                        options: ReaderOptions) -> None:
+    """Find the first malformed ``index:value`` token and raise its file:line message."""
+    t = 0
+    for count, line in zip(counts, lines, strict=True):
+        for tok in tokens[t:t + count]:
+            index, colon, value = tok.partition(b":")
+            where = f"{source}:{line}"
+            if tok.startswith(b"qid:"):
+                raise DataFormatError(f"{where}: 'qid:' must be the second token of the line")
+            if not colon or b":" in value:
+                raise DataFormatError(f"{where}: expected <index>:<value>, got {_show(tok)}")
+            if not index.isdigit():
+                raise DataFormatError(f"{where}: the feature index in {_show(tok)} is not a non-negative "
+                                      "integer")
+            if value == b"NULL":
+                raise DataFormatError(f"{where}: NULL (missing) value in {_show(tok)}; pass "
+                                      "null_value=<number> to fill missing values")
+            if not _NUMBER.fullmatch(value):
+                raise DataFormatError(f"{where}: the feature value in {_show(tok)} is not a number")
+        t += count
+    raise DataFormatError(f"{source}: malformed feature tokens")  # pragma: no cover - defensive
+
+
+def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: np.ndarray | None,
+              query_source: str | None) -> Dataset:
+    n_rows = len(acc.lines)
+    lines = np.asarray(acc.lines, dtype=np.int64)
+    # ---- query boundaries
+    if query_sizes is None:
+        missing = [i for i, q in enumerate(acc.qids) if q is None]
+        if missing:
+            raise DataFormatError(f"{source}:{lines[missing[0]]}: missing 'qid:' (expected "
+                                  "'<label> qid:<id> <index>:<value> ...'; for a LightGBM file without qid "
+                                  "give query_file=<the .query file>)")
+        per_row = acc.qids
+    else:
+        with_qid = [i for i, q in enumerate(acc.qids) if q is not None]
+        if with_qid:
+            raise DataFormatError(f"{source}:{lines[with_qid[0]]}: has 'qid:' although group sizes were "
+                                  f"given ({query_source}); use one or the other")
+        if int(query_sizes.sum()) != n_rows:
+            raise DataFormatError(f"{query_source}: the group sizes add up to {int(query_sizes.sum())} "
+                                  f"but {source} has {n_rows} data lines")
+        per_row = None
+    if per_row is not None:
+        starts = [0] + [i for i in range(1, n_rows) if per_row[i] != per_row[i - 1]]
+        block_qids = [per_row[s] for s in starts]
+        first_block: dict[bytes, int] = {}
+        regroup_needed = False
+        for b, q in enumerate(block_qids):
+            if q in first_block:
+                if not options.regroup:
+                    earlier = first_block[q]
+                    end = starts[earlier + 1] - 1
+                    raise DataFormatError(
+                        f"{source}:{lines[starts[b]]}: qid {_show(q)} reappears after other queries "
+                        f"(its earlier rows end at line {lines[end]}); rows of one query must be "
+                        "contiguous: sort the file by qid, or pass regroup=True")
+                regroup_needed = True
+            else:
+                first_block[q] = b
+        qid_order = list(first_block)
+        qids = np.asarray([_decode(q, source, int(lines[starts[first_block[q]]]), "qid") for q in qid_order],
+                          dtype=np.str_)
+        if regroup_needed:
+            rank = {q: r for r, q in enumerate(qid_order)}
+            row_rank = np.asarray([rank[q] for q in per_row], dtype=np.int64)
+            order = np.argsort(row_rank, kind="stable")
+            sizes = np.bincount(row_rank, minlength=len(qid_order))
+        else:
+            order = None
+            sizes = np.diff(np.asarray([*starts, n_rows], dtype=np.int64))
+    else:
+        order = None
+        sizes = query_sizes
+        qids = np.arange(sizes.shape[0]).astype(np.str_)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    # ---- feature columns
+    zero_based = options.zero_based if options.zero_based != "auto" else acc.first_zero_line is not None
+    first_col = 0 if zero_based else 1
+    inferred = acc.max_index + 1 - first_col if acc.max_index >= 0 else 0
+    if options.n_features is not None:
+        if zero_based and acc.first_limit_line is not None:
+            raise DataFormatError(f"{source}:{acc.first_limit_line}: feature index {options.n_features} is "
+                                  f"beyond n_features={options.n_features} (indices are zero-based: index 0 "
+                                  f"occurs on line {acc.first_zero_line})")
+        width = options.n_features
+    else:
+        width = inferred
+    features = np.zeros((n_rows, width), dtype=np.float32)
+    r = 0
+    while acc.blocks:
+        block = acc.blocks.pop(0)  # free each block as soon as it is copied
+        cols = block[:, first_col:first_col + width]
+        features[r:r + block.shape[0], :cols.shape[1]] = cols
+        r += block.shape[0]
+    labels = np.concatenate(acc.labels)
+    doc_ids = np.asarray(acc.doc_ids, dtype=np.str_)
+    if order is not None:
+        features, labels, doc_ids, lines = features[order], labels[order], doc_ids[order], lines[order]
+    return Dataset(features, labels, qids, doc_ids, offsets, lines, source)
+
+
+def _arrays(dataset: Dataset) -> dict[str, np.ndarray]:
+    return {"features": dataset.features, "labels": dataset.labels, "qids": dataset.qids,
+            "doc_ids": dataset.doc_ids, "offsets": dataset.offsets, "line_numbers": dataset.line_numbers}
+
+
+def _decode(raw: bytes, source: str, line: int, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataFormatError(f"{source}:{line}: the {what} {raw!r} is not valid UTF-8") from None
+
+
+def _show(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace")
+    return repr(text if len(text) <= 40 else text[:37] + "...")

@@ -1,0 +1,153 @@
+"""Feature transforms, fitted on the training split only and saved with a model.
+
+Each transform has ``fit(dataset) -> self``, ``transform(dataset) -> Dataset`` and a JSON-able
+``state_dict()``; :func:`transform_from_state` rebuilds it. Column indices are 0-based
+(column j holds LETOR feature j + 1 of a one-based file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from smoothrank.data.dataset import Dataset
+from smoothrank.errors import SmoothrankError
+
+
+class Transform:
+    """Base class: stateless transforms need no fit."""
+
+    def fit(self, dataset: Dataset) -> Transform:
+        return self
+
+    def transform(self, dataset: Dataset) -> Dataset:
+        raise NotImplementedError
+
+    def fit_transform(self, dataset: Dataset) -> Dataset:
+        return self.fit(dataset).transform(dataset)
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class Standardize(Transform):
+    """x -> (x - mean) / std per feature, with mean and std of the training documents.
+
+    A constant feature (std 0) is only centred (std taken as 1), so it maps to 0, not NaN.
+    Statistics are computed in float64.
+    """
+
+    def __init__(self) -> None:
+        self.mean: np.ndarray | None = None
+        self.std: np.ndarray | None = None
+
+    def fit(self, dataset: Dataset) -> Standardize:
+        x = dataset.features.astype(np.float64)
+        self.mean = x.mean(axis=0)
+        std = x.std(axis=0)
+        self.std = np.where(std > 0, std, 1.0)
+        return self
+
+    def transform(self, dataset: Dataset) -> Dataset:
+        if self.mean is None or self.std is None:
+            raise SmoothrankError("Standardize: call fit(train_dataset) before transform")
+        _check_width(dataset, self.mean.shape[0], "Standardize")
+        return dataset.with_features(((dataset.features - self.mean) / self.std).astype(np.float32))
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.mean is None or self.std is None:
+            raise SmoothrankError("Standardize: not fitted")
+        return {"type": "Standardize", "mean": self.mean.tolist(), "std": self.std.tolist()}
+
+
+class SignedLog1p(Transform):
+    """x -> sign(x) * log(1 + |x|) on the chosen columns (all when ``features`` is None).
+
+    The NeuralNDCG protocol (Pobrotyn & Bialobrzeski 2021) log-transforms selected MSLR
+    features before standardisation; the signed form is defined for negative values too.
+    """
+
+    def __init__(self, features: Sequence[int] | None = None) -> None:
+        if features is not None:
+            features = [int(j) for j in features]
+            if any(j < 0 for j in features):
+                raise SmoothrankError("SignedLog1p: features: expected 0-based column indices, "
+                                      f"got {features}")
+        self.features = features
+
+    def transform(self, dataset: Dataset) -> Dataset:
+        x = dataset.features.copy()
+        cols = slice(None) if self.features is None else self.features
+        if self.features is not None and self.features and max(self.features) >= dataset.n_features:
+            raise SmoothrankError(f"SignedLog1p: features: column {max(self.features)} is out of range for "
+                                  f"{dataset.n_features} features")
+        x[:, cols] = np.sign(x[:, cols]) * np.log1p(np.abs(x[:, cols]))
+        return dataset.with_features(x)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"type": "SignedLog1p", "features": self.features}
+
+
+class QueryMinMax(Transform):
+    """Per-query min-max normalisation (LETOR's QueryLevelNorm): x -> (x - min_q) / (max_q - min_q).
+
+    A feature constant within a query maps to 0 there.
+    """
+
+    def transform(self, dataset: Dataset) -> Dataset:
+        x = dataset.features
+        starts = dataset.offsets[:-1]
+        lo = np.minimum.reduceat(x, starts, axis=0)
+        hi = np.maximum.reduceat(x, starts, axis=0)
+        q = dataset.query_of_row()
+        span = (hi - lo).astype(np.float64)
+        scale = np.where(span > 0, span, 1.0)
+        out = (x - lo[q]) / scale[q]
+        return dataset.with_features(out.astype(np.float32))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"type": "QueryMinMax"}
+
+
+class Compose(Transform):
+    """Apply transforms in order; ``fit`` fits each on the output of the previous ones."""
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        self.transforms = list(transforms)
+
+    def fit(self, dataset: Dataset) -> Compose:
+        for t in self.transforms:
+            dataset = t.fit(dataset).transform(dataset)
+        return self
+
+    def transform(self, dataset: Dataset) -> Dataset:
+        for t in self.transforms:
+            dataset = t.transform(dataset)
+        return dataset
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"type": "Compose", "transforms": [t.state_dict() for t in self.transforms]}
+
+
+def _check_width(dataset: Dataset, width: int, name: str) -> None:
+    if dataset.n_features != width:
+        raise SmoothrankError(f"{name}: fitted on {width} features, the dataset has {dataset.n_features}")
+
+
+def transform_from_state(state: dict[str, Any]) -> Transform:
+    """Rebuild a transform from its :meth:`state_dict`."""
+    kind = state.get("type") if isinstance(state, dict) else None
+    if kind == "Standardize":
+        t = Standardize()
+        t.mean = np.asarray(state["mean"], dtype=np.float64)
+        t.std = np.asarray(state["std"], dtype=np.float64)
+        return t
+    if kind == "SignedLog1p":
+        return SignedLog1p(state.get("features"))
+    if kind == "QueryMinMax":
+        return QueryMinMax()
+    if kind == "Compose":
+        return Compose([transform_from_state(s) for s in state["transforms"]])
+    raise SmoothrankError(f"transform_from_state: unknown transform state {state!r:.80}")

@@ -1,0 +1,125 @@
+"""Writing predictions, TREC run and qrels files, and LETOR feature files; all atomically."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from smoothrank.data._io import atomic_writer
+from smoothrank.data.dataset import Dataset
+from smoothrank.errors import SmoothrankError
+
+_WHITESPACE = re.compile(r"\s")
+
+
+def _scores_array(scores: object, n: int | None, argument: str = "scores") -> np.ndarray:
+    try:
+        import torch
+
+        if isinstance(scores, torch.Tensor):
+            scores = scores.detach().cpu().double().numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    array = np.asarray(scores, dtype=np.float64).reshape(-1) if np.ndim(scores) <= 1 else None
+    if array is None:
+        raise SmoothrankError(f"{argument}: expected one score per document (1-D), "
+                              f"got shape {np.shape(scores)}")
+    if n is not None and array.shape[0] != n:
+        raise SmoothrankError(f"{argument}: expected {n} scores (one per document), got {array.shape[0]}")
+    if not np.all(np.isfinite(array)):
+        i = int(np.argmax(~np.isfinite(array)))
+        raise SmoothrankError(f"{argument}: score {i} is not finite ({array[i]})")
+    return array
+
+
+def _format(values: np.ndarray) -> list[str]:
+    # repr of a float64 round-trips exactly, so ties and orderings survive a write-read cycle.
+    return [repr(v) for v in values.tolist()]
+
+
+def write_predictions(path: str | os.PathLike[str], scores: object, *,
+                      dataset: Dataset | None = None) -> None:
+    """Write a LETOR prediction file: one score per line (exact float64 text).
+
+    ``scores`` follows the dataset's row order. With ``dataset=`` given, lines are written in
+    the source file's line order (``dataset.line_numbers``), which differs from the row order
+    only for a dataset read with ``regroup=True``; this is the order the LETOR scripts expect.
+    """
+    array = _scores_array(scores, dataset.n_docs if dataset is not None else None)
+    if dataset is not None:
+        array = array[np.argsort(dataset.line_numbers, kind="stable")]
+    with atomic_writer(path) as handle:
+        handle.write("".join(s + "\n" for s in _format(array)).encode())
+
+
+def _check_token(value: str, what: str) -> None:
+    if not value or _WHITESPACE.search(value):
+        raise SmoothrankError(f"{what} {value!r} is empty or contains whitespace; TREC files cannot hold it")
+
+
+def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: object, *,
+                   tag: str = "smoothrank") -> None:
+    """Write a TREC run file: ``qid Q0 docid rank score tag``, ranks from 1 by descending score.
+
+    Ties keep the dataset's row order (the order the LETOR scripts use). Note that trec_eval
+    re-sorts by score and breaks ties by document id itself, so tied scores may be evaluated
+    differently there.
+    """
+    array = _scores_array(scores, dataset.n_docs)
+    _check_token(tag, "tag")
+    out = []
+    for q in range(dataset.n_queries):
+        qid = str(dataset.qids[q])
+        _check_token(qid, "qid")
+        lo, hi = int(dataset.offsets[q]), int(dataset.offsets[q + 1])
+        order = np.argsort(-array[lo:hi], kind="stable")
+        for rank, j in enumerate(order.tolist(), 1):
+            doc = str(dataset.doc_ids[lo + j])
+            _check_token(doc, "docid")
+            out.append(f"{qid} Q0 {doc} {rank} {float(array[lo + j])!r} {tag}\n")
+    with atomic_writer(path) as handle:
+        handle.write("".join(out).encode())
+
+
+def write_qrels(path: str | os.PathLike[str], dataset: Dataset) -> None:
+    """Write a TREC qrels file: ``qid 0 docid label`` (labels must be integers)."""
+    labels = dataset.labels.astype(np.float64)
+    if np.any(labels != np.round(labels)):
+        i = int(np.argmax(labels != np.round(labels)))
+        raise SmoothrankError(f"qrels need integer labels; row {i} (line {dataset.line_numbers[i]}) "
+                              f"has {labels[i]}")
+    query_of_row = dataset.query_of_row()
+    out = []
+    for i in range(dataset.n_docs):
+        qid, doc = str(dataset.qids[query_of_row[i]]), str(dataset.doc_ids[i])
+        _check_token(qid, "qid")
+        _check_token(doc, "docid")
+        out.append(f"{qid} 0 {doc} {int(labels[i])}\n")
+    with atomic_writer(path) as handle:
+        handle.write("".join(out).encode())
+
+
+def write_letor(path: str | os.PathLike[str], dataset: Dataset, *, sparse: bool = False,
+                doc_ids: bool = True) -> None:
+    """Write ``dataset`` as a LETOR file ``label qid:Q 1:v ... #docid = D`` (1-based indices).
+
+    float32 values are written with 9 significant digits, which reads back bit-identically.
+    ``sparse=True`` omits zero values (read back with ``n_features=`` to keep trailing
+    all-zero columns). A ``.gz`` path is gzip-compressed.
+    """
+    query_of_row = dataset.query_of_row()
+    names = [f"{j + 1}:" for j in range(dataset.n_features)]
+    with atomic_writer(path) as handle:
+        for i in range(dataset.n_docs):
+            row = dataset.features[i]
+            cols = np.flatnonzero(row) if sparse else range(dataset.n_features)
+            feats = " ".join(names[j] + f"{row[j]:.9g}" for j in cols)
+            qid = str(dataset.qids[query_of_row[i]])
+            _check_token(qid, "qid")
+            line = f"{dataset.labels[i]:.9g} qid:{qid}" + (" " + feats if feats else "")
+            if doc_ids:
+                _check_token(str(dataset.doc_ids[i]), "docid")
+                line += f" #docid = {dataset.doc_ids[i]}"
+            handle.write((line + "\n").encode())

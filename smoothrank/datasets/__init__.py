@@ -1,0 +1,104 @@
+"""Datasets bundled with the package: LETOR 4.0 MQ2008.
+
+The five MQ2008 partitions S1..S5 are shipped once (gzip, about 1.8 MB); Fold1..Fold5
+train/vali/test are assembled on load by concatenating partitions as the official
+``readme.txt`` says, after verifying each partition's SHA-256. The assembled text is
+byte-identical to the official fold files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from importlib import resources
+from pathlib import Path
+
+from smoothrank.data import cache as _cache
+from smoothrank.data.dataset import Dataset
+from smoothrank.data.letor import ReaderOptions, load_letor, parse_letor
+from smoothrank.errors import SmoothrankError
+
+__all__ = ["MQ2008_FOLDS", "load_mq2008", "mq2008_text"]
+
+#: SHA-256 of each decompressed partition.
+MQ2008_SHA256 = {
+    "S1": "cbd42504549a2388f6c0aefdb506f22074225b574c7a5df10194174c9b00e4e0",
+    "S2": "055ac792cb8f7d5a029090b8acbfb6c57323339d1371251bf2465ac182aa8605",
+    "S3": "a03fe2b6e76479de60fecdb37d560a40a4e899b0cd685553d2da31ea205af1ab",
+    "S4": "a239850bc6fe960ad08c2b7b0d99db90fe976dd93a15358e98036591b4e7a2ac",
+    "S5": "c68c52feb1ecae7f17b64c8e2fda2098302681bbd4ea5fad8c73a1d32a1cf2b2",
+}
+
+#: Partitions of each fold's split, in concatenation order (MQ2008 readme.txt).
+MQ2008_FOLDS = {
+    1: {"train": ("S1", "S2", "S3"), "vali": ("S4",), "test": ("S5",)},
+    2: {"train": ("S2", "S3", "S4"), "vali": ("S5",), "test": ("S1",)},
+    3: {"train": ("S3", "S4", "S5"), "vali": ("S1",), "test": ("S2",)},
+    4: {"train": ("S4", "S5", "S1"), "vali": ("S2",), "test": ("S3",)},
+    5: {"train": ("S5", "S1", "S2"), "vali": ("S3",), "test": ("S4",)},
+}
+SPLITS = ("train", "vali", "test")
+_SPLIT_ALIASES = {"train": "train", "vali": "vali", "valid": "vali", "validation": "vali", "test": "test"}
+
+
+def _check_fold_split(fold: int, split: str) -> tuple[int, str]:
+    if isinstance(fold, bool) or fold not in MQ2008_FOLDS:
+        raise SmoothrankError(f"fold: expected 1, 2, 3, 4 or 5, got {fold!r}")
+    if split not in _SPLIT_ALIASES:
+        raise SmoothrankError(f"split: expected one of {SPLITS}, got {split!r}")
+    return int(fold), _SPLIT_ALIASES[split]
+
+
+def _partition(name: str) -> bytes:
+    resource = resources.files(__name__).joinpath("data", "MQ2008", f"{name}.txt.gz")
+    data = gzip.decompress(resource.read_bytes())
+    if hashlib.sha256(data).hexdigest() != MQ2008_SHA256[name]:
+        raise SmoothrankError(f"the bundled MQ2008 partition {name} is damaged (SHA-256 mismatch); "
+                              "reinstall smoothrank")
+    return data
+
+
+def mq2008_text(fold: int = 1, split: str = "train") -> bytes:
+    """The text of MQ2008 ``Fold{fold}/{split}.txt``, assembled from the bundled partitions."""
+    fold, split = _check_fold_split(fold, split)
+    return b"".join(_partition(name) for name in MQ2008_FOLDS[fold][split])
+
+
+def load_mq2008(fold: int = 1, split: str = "train", *, path: str | os.PathLike[str] | None = None,
+                cache: bool | None = None) -> Dataset:
+    """LETOR 4.0 MQ2008 ``Fold{fold}`` ``split`` ("train", "vali" or "test") as a :class:`Dataset`.
+
+    ``path``, when given, always wins over the bundled copy: a fold file, or a folder holding
+    ``Fold{k}/{split}.txt[.gz]`` (the official layout; an ``MQ2008/`` sub-folder also works).
+    ``cache`` as in :func:`smoothrank.data.load_letor` (the bundled folds are cached by default).
+    MQ2008: 784 queries, 15,211 documents, 46 features, labels 0/1/2.
+    """
+    fold, split = _check_fold_split(fold, split)
+    if path is not None:
+        return load_letor(_user_file(Path(path), fold, split), cache=cache)
+    source = f"MQ2008 Fold{fold}/{split}.txt (bundled)"
+    names = MQ2008_FOLDS[fold][split]
+    key = _cache.cache_key([MQ2008_SHA256[n] for n in names], ReaderOptions().as_dict())
+    use_cache = cache is not False
+    text = mq2008_text(fold, split)  # verifies the checksums even when the cache answers
+    if use_cache and (entry := _cache.load_entry(key)) is not None:
+        return Dataset(source=source, **entry)
+    dataset = parse_letor(text, source=source)
+    if use_cache:
+        _cache.store_entry(key, {name: getattr(dataset, name) for name in
+                                 ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers")})
+    return dataset
+
+
+def _user_file(path: Path, fold: int, split: str) -> Path:
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(2, "No such file or directory (MQ2008 path)", str(path))
+    for root in (path, path / "MQ2008"):
+        for suffix in (".txt", ".txt.gz"):
+            candidate = root / f"Fold{fold}" / f"{split}{suffix}"
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError(2, f"No Fold{fold}/{split}.txt[.gz] under the MQ2008 path", str(path))

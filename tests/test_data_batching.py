@@ -1,0 +1,207 @@
+"""Training slates, SoftRank subsampling, length-bucketed evaluation batches, transforms, writers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from smoothrank.data import (
+    Dataset,
+    evaluation_batches,
+    load_letor,
+    read_predictions,
+    training_batches,
+    write_predictions,
+    write_qrels,
+    write_trec_run,
+)
+from smoothrank.data.batching import softrank_sample
+from smoothrank.data.transforms import Compose, QueryMinMax, SignedLog1p, Standardize, transform_from_state
+from smoothrank.errors import DataFormatError, SmoothrankError
+
+
+def _toy(sizes=(3, 1, 7, 2), n_features=2, seed=0) -> Dataset:
+    rng = np.random.default_rng(seed)
+    n = sum(sizes)
+    qids = np.repeat(np.arange(len(sizes)), sizes)
+    labels = rng.integers(0, 3, n)
+    return Dataset.from_arrays(rng.normal(size=(n, n_features)), labels, qids,
+                               doc_ids=[f"d{i}" for i in range(n)])
+
+
+def _check_batch(ds: Dataset, batch) -> None:
+    mask = batch.mask.numpy()
+    rows = batch.rows.numpy()
+    assert batch.features.dtype == torch.float32 and batch.mask.dtype == torch.bool
+    assert np.all((rows >= 0) == mask)
+    np.testing.assert_array_equal(batch.features.numpy()[mask], ds.features[rows[mask]])
+    np.testing.assert_array_equal(batch.labels.numpy()[mask], ds.labels[rows[mask]])
+    assert np.all(batch.features.numpy()[~mask] == 0)
+    for b, q in enumerate(batch.query_index.tolist()):  # each row belongs to its query
+        assert np.all((rows[b][mask[b]] >= ds.offsets[q]) & (rows[b][mask[b]] < ds.offsets[q + 1]))
+        assert len(set(rows[b][mask[b]].tolist())) == mask[b].sum()
+
+
+def test_training_batches_pad_and_subsample():
+    ds = _toy()
+    batches = list(training_batches(ds, list_size=4, batch_size=3, seed_or_generator=1))
+    assert [b.features.shape for b in batches] == [(3, 4, 2), (1, 4, 2)]
+    seen = []
+    for batch in batches:
+        _check_batch(ds, batch)
+        seen += batch.query_index.tolist()
+        for b, q in enumerate(batch.query_index.tolist()):
+            assert batch.mask[b].sum().item() == min(4, ds.list_sizes[q])
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_training_batches_reproducible_and_uniform():
+    ds = _toy(sizes=(6,))
+    a = [b.rows for b in training_batches(ds, list_size=3, batch_size=1, seed_or_generator=5)]
+    b = [b.rows for b in training_batches(ds, list_size=3, batch_size=1, seed_or_generator=5)]
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    rng = np.random.default_rng(0)
+    counts = np.zeros(6)
+    for _ in range(600):
+        for batch in training_batches(ds, list_size=3, batch_size=1, seed_or_generator=rng):
+            counts[batch.rows[0].numpy()] += 1
+    # each document is kept with probability 1/2: 300 +- 3 sd (sd ~ 12)
+    assert np.all(np.abs(counts - 300) < 40), counts
+
+
+def test_training_without_shuffle_keeps_order():
+    ds = _toy()
+    batch = next(training_batches(ds, list_size=10, batch_size=4, shuffle=False, seed_or_generator=0))
+    assert batch.query_index.tolist() == [0, 1, 2, 3]
+    np.testing.assert_array_equal(batch.rows[2, :7].numpy(), np.arange(4, 11))
+
+
+def test_softrank_sampling():
+    labels = np.array([0, 2, 0, 0, 1, 0, 0, 0], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        kept = softrank_sample(labels, rng)
+        assert {1, 4} <= set(kept.tolist()) and kept.shape[0] == 4  # 2 judged + 2 irrelevant
+    many = np.r_[np.ones(40), np.zeros(100)].astype(np.float32)
+    assert softrank_sample(many, rng).shape[0] == 70  # 40 relevant + the cap of 30
+    ds = Dataset.from_arrays(np.zeros((5, 1)), [0, 0, 1, 0, 0], [0, 0, 1, 1, 1])
+    batches = list(training_batches(ds, list_size=4, batch_size=2, seed_or_generator=0, sampling="softrank"))
+    assert [b.query_index.tolist() for b in batches] == [[1]]  # query 0 has no relevant document
+    assert batches[0].mask.sum().item() == 2
+
+
+def test_evaluation_batches_bucketed_full_lists():
+    ds = _toy(sizes=(1, 50, 2, 3, 2, 1))
+    batches = list(evaluation_batches(ds, batch_size=3, max_items=20))
+    seen = sorted(q for b in batches for q in b.query_index.tolist())
+    assert seen == list(range(6))
+    for batch in batches:
+        _check_batch(ds, batch)
+        sizes = ds.list_sizes[batch.query_index.numpy()]
+        assert batch.mask.shape[1] == sizes.max()
+        assert batch.mask.sum(1).tolist() == sizes.tolist()  # full lists
+        assert len(sizes) <= 3 and (len(sizes) == 1 or batch.mask.numel() <= 20)
+    assert any(b.mask.shape == (1, 50) for b in batches)
+
+
+def test_batch_argument_errors():
+    ds = _toy()
+    with pytest.raises(SmoothrankError, match="list_size"):
+        next(training_batches(ds, list_size=0, batch_size=2, seed_or_generator=0))
+    with pytest.raises(SmoothrankError, match="sampling"):
+        next(training_batches(ds, list_size=2, batch_size=2, seed_or_generator=0, sampling="x"))
+    with pytest.raises(SmoothrankError, match="seed_or_generator"):
+        next(training_batches(ds, list_size=2, batch_size=2, seed_or_generator="a"))
+
+
+def test_scatter_scores_back_to_rows():
+    ds = _toy()
+    out = np.full(ds.n_docs, np.nan)
+    for batch in evaluation_batches(ds, batch_size=2):
+        batch.scatter_scores(batch.rows.double() * 2, out)
+    np.testing.assert_array_equal(out, np.arange(ds.n_docs) * 2.0)
+
+
+# ----------------------------------------------------------------------------- transforms
+def test_transforms_fit_on_train_and_restore():
+    train, test = _toy(seed=1), _toy(seed=2)
+    pipeline = Compose([SignedLog1p([0]), Standardize()]).fit(train)
+    out = pipeline.transform(train).features.astype(np.float64)
+    np.testing.assert_allclose(out.mean(0), 0, atol=1e-6)
+    np.testing.assert_allclose(out.std(0), 1, atol=1e-5)
+    state = json.loads(json.dumps(pipeline.state_dict()))
+    again = transform_from_state(state).transform(test)
+    np.testing.assert_array_equal(again.features, pipeline.transform(test).features)
+    x = test.features.astype(np.float64)
+    lx = np.sign(x[:, 0]) * np.log1p(np.abs(x[:, 0]))
+    mean0 = (np.sign(train.features[:, 0]) * np.log1p(np.abs(train.features[:, 0]))).astype(np.float32)
+    np.testing.assert_allclose(again.features[:, 0], (lx - mean0.mean()) / mean0.astype(np.float64).std(),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(SmoothrankError, match="fit"):
+        Standardize().transform(train)
+
+
+def test_query_min_max_and_constant_feature():
+    ds = Dataset.from_arrays(np.array([[1, 5], [3, 5], [2, 5], [7, 1]]), [0, 1, 0, 1], [0, 0, 0, 1])
+    out = QueryMinMax().transform(ds).features
+    np.testing.assert_array_equal(out, [[0, 0], [1, 0], [0.5, 0], [0, 0]])
+    const = Standardize().fit(ds).transform(ds.with_features(np.ones((4, 2), dtype=np.float32)))
+    assert np.all(np.isfinite(const.features))
+
+
+# ----------------------------------------------------------------------------- writers
+def test_predictions_trec_qrels(tmp_path):
+    ds = _toy()
+    scores = np.random.default_rng(3).normal(size=ds.n_docs)
+    scores[1] = scores[0]  # a tie
+    write_predictions(tmp_path / "p.txt", scores)
+    np.testing.assert_array_equal(read_predictions(tmp_path / "p.txt", expected=ds.n_docs), scores)
+    write_trec_run(tmp_path / "run.txt", ds, scores, tag="t")
+    rows = [line.split() for line in (tmp_path / "run.txt").read_text().splitlines()]
+    assert len(rows) == ds.n_docs and rows[0][1] == "Q0" and rows[0][5] == "t"
+    first = [r for r in rows if r[0] == "0"]
+    assert [int(r[3]) for r in first] == [1, 2, 3]
+    assert [float(r[4]) for r in first] == sorted(scores[:3], reverse=True)
+    write_qrels(tmp_path / "qrels.txt", ds)
+    qrels = [line.split() for line in (tmp_path / "qrels.txt").read_text().splitlines()]
+    assert qrels[0] == ["0", "0", "d0", str(int(ds.labels[0]))]
+    import pytrec_eval  # an independent consumer of both files
+
+    qrel = {}
+    for q, _, d, rel in qrels:
+        qrel.setdefault(q, {})[d] = int(rel)
+    run = {}
+    for q, _, d, _, s, _ in rows:
+        run.setdefault(q, {})[d] = float(s)
+    result = pytrec_eval.RelevanceEvaluator(qrel, {"ndcg"}).evaluate(run)
+    assert set(result) == {"0", "1", "2", "3"}
+
+
+def test_predictions_in_file_order_after_regroup(tmp_path):
+    path = tmp_path / "d.txt"
+    path.write_text("1 qid:a 1:1\n0 qid:b 1:2\n2 qid:a 1:3\n")
+    ds = load_letor(path, regroup=True, cache=False)
+    write_predictions(tmp_path / "p.txt", ds.features[:, 0], dataset=ds)
+    np.testing.assert_array_equal(read_predictions(tmp_path / "p.txt"), [1, 2, 3])
+
+
+def test_read_predictions_errors(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("1.5\r\n2\nabc\n")
+    with pytest.raises(DataFormatError, match=r"p\.txt:3: the score is not a number"):
+        read_predictions(path)
+    path.write_text("1\ninf\n")
+    with pytest.raises(DataFormatError, match=r"p\.txt:2: the score is not finite"):
+        read_predictions(path)
+    path.write_text("1\n\n2\n")
+    with pytest.raises(DataFormatError, match=r"p\.txt:2: the score is empty"):
+        read_predictions(path)
+    path.write_text("1\n2\n")
+    with pytest.raises(DataFormatError, match=r"p\.txt:3: expected 3 scores"):
+        read_predictions(path, expected=3)
+    with pytest.raises(SmoothrankError, match="not finite"):
+        write_predictions(tmp_path / "q.txt", [1.0, float("nan")])
+    assert not (tmp_path / "q.txt").exists() and not list(tmp_path.glob(".*tmp"))

@@ -1,0 +1,295 @@
+"""The LETOR / SVMlight reader: real files, bad input (file:line messages), properties, cache."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import load_svmlight_file
+
+from smoothrank.data import cache as data_cache
+from smoothrank.data import load_letor, parse_letor, write_letor
+from smoothrank.errors import DataFormatError, SmoothrankError
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMOOTHRANK_CACHE", str(tmp_path / "cache"))
+
+
+def _write(tmp_path: Path, text: str, name: str = "data.txt") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.encode())
+    return path
+
+
+SHARED_FILES = [
+    "MQ2008/Fold1/test.txt.gz",
+    "MQ2008/Fold3/vali.txt.gz",
+    "MSLR-WEB-Fold1-5k-sample/msn1.fold1.train.5k.txt.gz",
+    "MSLR-WEB-Fold1-5k-sample/msn1.fold1.test.5k.txt.gz",
+    "LightGBM-lambdarank/rank.train.gz",
+    "LightGBM-lambdarank/rank.test.gz",
+]
+
+
+def _reference(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """scikit-learn's reading (numeric part only) as an independent reference."""
+    data = gzip.decompress(path.read_bytes())
+    if b"qid:" in data[:200]:
+        x, y, q = load_svmlight_file(io.BytesIO(data), query_id=True, zero_based=False)
+    else:
+        x, y = load_svmlight_file(io.BytesIO(data), zero_based=False)
+        q = None
+    return x.astype(np.float32).toarray(), y, q
+
+
+# ----------------------------------------------------------------------------- real files
+@pytest.mark.parametrize("name", SHARED_FILES)
+def test_shared_file_matches_sklearn_and_round_trips(shared_dir, tmp_path, name):
+    path = shared_dir / "data" / name
+    ds = load_letor(path, cache=False)
+    x, y, q = _reference(path)
+    assert ds.features.dtype == np.float32
+    np.testing.assert_array_equal(ds.features[:, : x.shape[1]], x)
+    assert np.all(ds.features[:, x.shape[1]:] == 0)
+    np.testing.assert_array_equal(ds.labels, y.astype(np.float32))
+    if q is not None:
+        np.testing.assert_array_equal(np.repeat(ds.qids, ds.list_sizes).astype(np.int64), q)
+    else:  # LightGBM: the boundaries come from the .query side file
+        sizes = np.loadtxt(str(path).removesuffix(".gz") + ".query", dtype=np.int64)
+        np.testing.assert_array_equal(ds.list_sizes, sizes)
+    # read -> write -> read
+    out = tmp_path / "copy.txt.gz"
+    write_letor(out, ds)
+    again = load_letor(out, n_features=ds.n_features, cache=False)
+    np.testing.assert_array_equal(again.features, ds.features)
+    np.testing.assert_array_equal(again.labels, ds.labels)
+    np.testing.assert_array_equal(again.qids, ds.qids)
+    np.testing.assert_array_equal(again.offsets, ds.offsets)
+    np.testing.assert_array_equal(again.doc_ids, ds.doc_ids)
+
+
+def test_mq2008_doc_ids_and_mslr_crlf(shared_dir):
+    mq = load_letor(shared_dir / "data/MQ2008/Fold1/test.txt.gz", cache=False)
+    assert mq.doc_ids[0] == "GX004-93-7097963" and mq.n_features == 46
+    assert mq.line_numbers[0] == 1 and mq.line_numbers[-1] == mq.n_docs
+    mslr_path = shared_dir / "data/MSLR-WEB-Fold1-5k-sample/msn1.fold1.train.5k.txt.gz"
+    assert b"\r\n" in gzip.decompress(mslr_path.read_bytes())[:5000]
+    mslr = load_letor(mslr_path, cache=False)
+    assert mslr.n_features == 136 and mslr.n_docs == 5000 and mslr.n_queries == 43
+    assert mslr.doc_ids[4] == "5"  # no comment: the line number
+
+
+# ----------------------------------------------------------------------------- formats
+def test_comments_blank_lines_crlf_and_sparse():
+    text = b"# header comment\r\n\r\n2 qid:a 3:0.5 #docid = D1 x = 1\r\n0 qid:a 1:-1e-3\r\n1 qid:b 2:7\n"
+    ds = parse_letor(text, source="t.txt")
+    assert ds.n_features == 3
+    np.testing.assert_array_equal(ds.features, np.float32([[0, 0, 0.5], [-1e-3, 0, 0], [0, 7, 0]]))
+    np.testing.assert_array_equal(ds.doc_ids, ["D1", "4", "5"])
+    np.testing.assert_array_equal(ds.line_numbers, [3, 4, 5])
+    np.testing.assert_array_equal(ds.qids, ["a", "b"])
+    np.testing.assert_array_equal(ds.offsets, [0, 2, 3])
+
+
+def test_zero_based_auto_and_explicit():
+    text = b"1 qid:1 0:1 2:3\n0 qid:1 1:2\n"
+    ds = parse_letor(text)
+    np.testing.assert_array_equal(ds.features, [[1, 0, 3], [0, 2, 0]])
+    one = parse_letor(b"1 qid:1 1:1 2:3\n", zero_based=True)
+    np.testing.assert_array_equal(one.features, [[0, 1, 3]])
+
+
+def test_null_values_fill_policy(tmp_path):
+    path = _write(tmp_path, "1 qid:1 1:NULL 2:0.5\n0 qid:1 1:0.25 2:NULL\n")
+    np.testing.assert_array_equal(load_letor(path).features, [[0, 0.5], [0.25, 0]])
+    np.testing.assert_array_equal(load_letor(path, null_value=-1.0).features, [[-1, 0.5], [0.25, -1]])
+    with pytest.raises(DataFormatError, match=rf"{re.escape(str(path))}:1: NULL"):
+        load_letor(path, null_value=None)
+
+
+def test_real_and_negative_labels_when_allowed(tmp_path):
+    path = _write(tmp_path, "0.5 qid:1 1:1\n-2 qid:1 1:2\n")
+    ds = load_letor(path, allow_real_labels=True, allow_negative_labels=True)
+    np.testing.assert_array_equal(ds.labels, [0.5, -2])
+
+
+def test_lightgbm_query_file_explicit_and_auto(tmp_path):
+    data = _write(tmp_path, "1 1:1\n0 1:2\n2 2:3\n", name="rank.train")
+    (tmp_path / "rank.train.query").write_text("2\n1\n")
+    auto = load_letor(data)
+    np.testing.assert_array_equal(auto.offsets, [0, 2, 3])
+    np.testing.assert_array_equal(auto.qids, ["0", "1"])
+    other = tmp_path / "groups.txt"
+    other.write_text("1\n2\n")
+    np.testing.assert_array_equal(load_letor(data, query_file=other).offsets, [0, 1, 3])
+
+
+def test_regroup_keeps_line_numbers(tmp_path):
+    path = _write(tmp_path, "1 qid:a 1:1\n0 qid:b 1:2\n2 qid:a 1:3\n1 qid:c 1:4\n")
+    ds = load_letor(path, regroup=True)
+    np.testing.assert_array_equal(ds.qids, ["a", "b", "c"])
+    np.testing.assert_array_equal(ds.features[:, 0], [1, 3, 2, 4])
+    np.testing.assert_array_equal(ds.line_numbers, [1, 3, 2, 4])
+    np.testing.assert_array_equal(ds.offsets, [0, 2, 3, 4])
+
+
+# ----------------------------------------------------------------------------- bad input
+BAD_CASES = {
+    "non_numeric_label": ("1 qid:1 1:1\nhigh qid:1 1:2\n", {}, 2, "label 'high' is not a number"),
+    "non_numeric_value": ("1 qid:1 1:1\n0 qid:1 1:abc\n", {}, 2, "not a number"),
+    "missing_qid": ("1 qid:1 1:1\n0 1:2\n", {}, 2, "missing 'qid:'"),
+    "repeated_index": ("1 qid:1 1:1 2:3\n0 qid:1 1:2 3:1 3:4\n", {}, 2, "feature index 3 repeated"),
+    "nan_value": ("1 qid:1 1:1\n0 qid:1 1:nan\n", {}, 2, "non-finite feature value"),
+    "inf_value": ("1 qid:1 1:inf\n", {}, 1, "non-finite feature value"),
+    "nan_label": ("1 qid:1 1:1\nnan qid:1 1:1\n", {}, 2, "is not finite"),
+    "overflow_float32": ("1 qid:1 1:1e39\n", {}, 1, "float32 range"),
+    "interleaved_qid": ("1 qid:1 1:1\n0 qid:2 1:1\n1 qid:1 1:1\n", {}, 3, "reappears"),
+    "index_beyond_n_features": ("1 qid:1 1:1 2:1\n0 qid:1 1:1 5:1\n", {"n_features": 3}, 2,
+                                "beyond n_features=3"),
+    "fractional_label": ("1 qid:1 1:1\n0.5 qid:1 1:1\n", {}, 2, "not an integer"),
+    "negative_label": ("1 qid:1 1:1\n-1 qid:1 1:1\n", {}, 2, "is negative"),
+    "two_colons": ("1 qid:1 1:1\n0 qid:1 1:2:3 4\n", {}, 2, "expected <index>:<value>"),
+    "empty_value": ("0 qid:1 1: 2:1\n", {}, 1, "not a number"),
+    "bad_index": ("0 qid:1 x1:1\n", {}, 1, "not a non-negative integer"),
+    "index_zero_one_based": ("0 qid:1 0:1\n", {"zero_based": False}, 1, "feature index 0"),
+    "empty_qid": ("0 qid: 1:1\n", {}, 1, "empty query id"),
+    "qid_not_second": ("0 1:1 qid:3\n1 qid:3 1:1\n", {}, 1, "must be the second token"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_input_names_file_and_line(tmp_path, case):
+    text, options, line, message = BAD_CASES[case]
+    path = _write(tmp_path, text, name=f"{case}.txt")
+    with pytest.raises(DataFormatError) as info:
+        load_letor(path, query_file=None, **options)
+    assert str(info.value).startswith(f"{path}:{line}: "), str(info.value)
+    assert message in str(info.value)
+
+
+def test_bad_input_in_gzip_and_later_chunk(tmp_path):
+    lines = [f"{i % 3} qid:{i // 10} 1:{i} 2:0.5" for i in range(5000)]
+    lines[4321] = "1 qid:432 1:3 2:oops"
+    path = tmp_path / "big.txt.gz"
+    path.write_bytes(gzip.compress("\n".join(lines).encode()))
+    with pytest.raises(DataFormatError, match=r"big\.txt\.gz:4322: "):
+        load_letor(path, cache=False)
+
+
+def test_zero_based_index_equal_to_n_features(tmp_path):
+    path = _write(tmp_path, "1 qid:1 1:1 3:1\n0 qid:1 0:1\n")
+    with pytest.raises(DataFormatError, match=rf"{re.escape(str(path))}:1: feature index 3 is beyond"):
+        load_letor(path, n_features=3)
+
+
+def test_query_file_problems(tmp_path):
+    data = _write(tmp_path, "1 1:1\n0 1:2\n2 2:3\n", name="r.txt")
+    groups = tmp_path / "g.query"
+    groups.write_text("2\nx\n")
+    with pytest.raises(DataFormatError, match=rf"{re.escape(str(groups))}:2: "):
+        load_letor(data, query_file=groups)
+    groups.write_text("2\n2\n")
+    with pytest.raises(DataFormatError, match="add up to 4"):
+        load_letor(data, query_file=groups)
+    with_qid = _write(tmp_path, "1 qid:1 1:1\n", name="q.txt")
+    groups.write_text("1\n")
+    with pytest.raises(DataFormatError, match=r"q\.txt:1: has 'qid:'"):
+        load_letor(with_qid, query_file=groups)
+
+
+def test_empty_file_and_bad_options(tmp_path):
+    with pytest.raises(DataFormatError, match="no data lines"):
+        load_letor(_write(tmp_path, "# only a comment\n\n"))
+    with pytest.raises(FileNotFoundError):
+        load_letor(tmp_path / "absent.txt")
+    path = _write(tmp_path, "1 qid:1 1:1\n")
+    with pytest.raises(SmoothrankError, match="n_features"):
+        load_letor(path, n_features=0)
+    with pytest.raises(SmoothrankError, match="zero_based"):
+        load_letor(path, zero_based="yes")
+
+
+# ----------------------------------------------------------------------------- properties
+@st.composite
+def letor_files(draw):
+    n_features = draw(st.integers(1, 6))
+    n_queries = draw(st.integers(1, 4))
+    values = st.floats(-1e6, 1e6, allow_nan=False, width=32)
+    rows = []
+    for q in range(n_queries):
+        for _ in range(draw(st.integers(1, 4))):
+            label = draw(st.integers(0, 4))
+            present = draw(st.lists(st.booleans(), min_size=n_features, max_size=n_features))
+            feats = {j: draw(values) for j in range(n_features) if present[j]}
+            rows.append((label, f"q{q}", feats))
+    crlf = draw(st.booleans())
+    return n_features, rows, crlf
+
+
+@settings(max_examples=30, deadline=None)
+@given(letor_files())
+def test_reader_recovers_generated_files(spec):
+    n_features, rows, crlf = spec
+    eol = "\r\n" if crlf else "\n"
+    text = eol.join(f"{lab} qid:{q} " + " ".join(f"{j + 1}:{v!r}" for j, v in sorted(f.items()))
+                    + f" #docid = d{i}" for i, (lab, q, f) in enumerate(rows)) + eol
+    ds = parse_letor(text.encode(), n_features=n_features)
+    expected = np.zeros((len(rows), n_features), dtype=np.float32)
+    for i, (_, _, f) in enumerate(rows):
+        for j, v in f.items():
+            expected[i, j] = v
+    np.testing.assert_array_equal(ds.features, expected)
+    np.testing.assert_array_equal(ds.labels, [r[0] for r in rows])
+    assert list(ds.qids) == list(dict.fromkeys(r[1] for r in rows))
+    assert list(ds.doc_ids) == [f"d{i}" for i in range(len(rows))]
+    assert ds.offsets[-1] == len(rows)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=2, max_size=12))
+def test_interleaving_detected_exactly(qids):
+    text = "".join(f"1 qid:{q} 1:{i}\n" for i, q in enumerate(qids)).encode()
+    blocks = [q for i, q in enumerate(qids) if i == 0 or qids[i - 1] != q]
+    if len(blocks) == len(set(blocks)):
+        ds = parse_letor(text)
+        assert list(ds.qids) == blocks
+    else:
+        with pytest.raises(DataFormatError, match="reappears"):
+            parse_letor(text)
+        ds = parse_letor(text, regroup=True)
+        order = list(dict.fromkeys(qids))
+        expected_rows = sorted(range(len(qids)), key=lambda i: order.index(qids[i]))
+        np.testing.assert_array_equal(ds.features[:, 0], expected_rows)
+        np.testing.assert_array_equal(ds.line_numbers, np.asarray(expected_rows) + 1)
+
+
+# ----------------------------------------------------------------------------- cache
+def test_cache_hit_and_invalidation(tmp_path):
+    path = _write(tmp_path, "1 qid:1 1:1 2:2\n0 qid:1 1:3\n")
+    first = load_letor(path, cache=True)
+    entries = list(data_cache.cache_dir().glob("*.npz"))
+    assert len(entries) == 1
+    second = load_letor(path, cache=True)
+    np.testing.assert_array_equal(first.features, second.features)
+    np.testing.assert_array_equal(first.doc_ids, second.doc_ids)
+    assert second.source == str(path)
+    # another option: another entry, never the stale one
+    third = load_letor(path, cache=True, n_features=4)
+    assert third.n_features == 4 and len(list(data_cache.cache_dir().glob("*.npz"))) == 2
+    # the content changes: the cache must not answer with the old data
+    path.write_text("2 qid:1 1:5\n")
+    changed = load_letor(path, cache=True)
+    np.testing.assert_array_equal(changed.features, [[5]])
+    # a damaged entry is ignored
+    for entry in data_cache.cache_dir().glob("*.npz"):
+        entry.write_bytes(b"garbage")
+    np.testing.assert_array_equal(load_letor(path, cache=True).features, [[5]])
+    assert not list(data_cache.cache_dir().glob("*.tmp"))

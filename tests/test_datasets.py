@@ -1,0 +1,66 @@
+"""The bundled MQ2008: folds assembled byte-identically, checksums, user paths win."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+
+import numpy as np
+import pytest
+
+import smoothrank.datasets as datasets
+from smoothrank.datasets import MQ2008_FOLDS, load_mq2008, mq2008_text
+from smoothrank.errors import SmoothrankError
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMOOTHRANK_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("fold", [1, 2, 3, 4, 5])
+def test_folds_byte_identical_to_official(shared_dir, fold):
+    for split in ("train", "vali", "test"):
+        official = gzip.decompress((shared_dir / f"data/MQ2008/Fold{fold}/{split}.txt.gz").read_bytes())
+        assert mq2008_text(fold, split) == official, (fold, split)
+
+
+def test_bundle_is_small_and_partitions_used_once():
+    folder = datasets.resources.files("smoothrank.datasets").joinpath("data", "MQ2008")
+    total = sum(folder.joinpath(f"S{i}.txt.gz").read_bytes().__len__() for i in range(1, 6))
+    assert total < 3_000_000
+    assert sorted(MQ2008_FOLDS[k]["test"][0] for k in MQ2008_FOLDS) == ["S1", "S2", "S3", "S4", "S5"]
+
+
+def test_load_mq2008_counts_and_cache():
+    splits = [load_mq2008(k, "test") for k in range(1, 6)]
+    assert sum(d.n_queries for d in splits) == 784 and sum(d.n_docs for d in splits) == 15211
+    assert all(d.n_features == 46 for d in splits)
+    train = load_mq2008(1)
+    cached = load_mq2008(1)  # second load answered from the cache
+    np.testing.assert_array_equal(train.features, cached.features)
+    np.testing.assert_array_equal(train.doc_ids, cached.doc_ids)
+    assert train.n_queries + load_mq2008(1, "vali").n_queries + splits[0].n_queries == 784
+
+
+def test_damaged_partition_is_detected(monkeypatch):
+    monkeypatch.setitem(datasets.MQ2008_SHA256, "S5", hashlib.sha256(b"other").hexdigest())
+    with pytest.raises(SmoothrankError, match="S5 is damaged"):
+        load_mq2008(1, "test")
+
+
+def test_user_path_wins(tmp_path):
+    fold = tmp_path / "MQ2008" / "Fold2"
+    fold.mkdir(parents=True)
+    (fold / "test.txt").write_text("2 qid:7 1:0.5 #docid = mine\n")
+    ds = load_mq2008(2, "test", path=tmp_path)
+    assert ds.doc_ids.tolist() == ["mine"] and ds.source.endswith("test.txt")
+    with pytest.raises(FileNotFoundError):
+        load_mq2008(3, "test", path=tmp_path)
+
+
+def test_bad_fold_and_split():
+    with pytest.raises(SmoothrankError, match="fold"):
+        load_mq2008(6)
+    with pytest.raises(SmoothrankError, match="split"):
+        load_mq2008(1, "dev")
