@@ -1,9 +1,18 @@
-"""Reading speed: smoothrank's load_letor against scikit-learn's load_svmlight_file(query_id=True).
+"""Reading speed: smoothrank's reader against scikit-learn's load_svmlight_file(query_id=True).
 
-Usage: OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_io.py [--rounds 5]
-Reads from ../shared/data (benchmarks may use it; the package never does). Both readers get the
-same decompressed bytes from memory, interleaved, several rounds; medians are reported. Also
-times a cached second load (from a temporary cache folder).
+Usage: OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_io.py [--rounds 5] [--files SUBSTRING]
+
+Reads every file in ../shared/data (benchmarks may use it; the package never does): the 15 MQ2008
+fold files, the MSLR sample (CRLF) and the LightGBM example files (group sizes from `.query`).
+All readers get the same decompressed bytes from memory and run interleaved, several rounds;
+medians are reported:
+- sklearn: ``load_svmlight_file(BytesIO(text), query_id=True)``;
+- smoothrank: ``parse_letor(text)``, the uncached parse (compiled scanner, strict fallback);
+- strict: the strict vectorised parser alone (what ``parse_letor`` was before the scanner, and
+  what it still falls back to for doubtful input and to report errors);
+- cached: ``load_letor(path, cache=True)`` from a filled cache (temporary cache folder).
+Also reports the one-time cost of the first call in this process (Numba import and loading the
+compiled kernel from its on-disk cache, or compiling it on a fresh install).
 """
 
 from __future__ import annotations
@@ -17,12 +26,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from sklearn.datasets import load_svmlight_file
 
-from smoothrank.data import load_letor, parse_letor
+from smoothrank.data import letor, load_letor, parse_letor
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-FILES = ["MQ2008/Fold1/train.txt.gz", "MSLR-WEB-Fold1-5k-sample/msn1.fold1.train.5k.txt.gz"]
+
+
+def _files() -> list[Path]:
+    splits = ("train", "vali", "test")
+    mq = [SHARED / f"MQ2008/Fold{k}/{split}.txt.gz" for k in range(1, 6) for split in splits]
+    mslr = sorted((SHARED / "MSLR-WEB-Fold1-5k-sample").glob("*.txt.gz"))
+    lgbm = [SHARED / "LightGBM-lambdarank/rank.train.gz", SHARED / "LightGBM-lambdarank/rank.test.gz"]
+    return mq + mslr + lgbm
 
 
 def _time(fn) -> float:
@@ -31,25 +48,45 @@ def _time(fn) -> float:
     return time.perf_counter() - start
 
 
+def _strict(data: bytes, sizes: np.ndarray | None):
+    return letor._parse_lines([data.splitlines(keepends=True)], source="<bytes>",
+                              options=letor.ReaderOptions(), query_sizes=sizes, query_source="query_sizes")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--files", default="", help="only files whose path contains this")
     args = parser.parse_args()
+    first = _time(lambda: parse_letor(b"0 qid:1 1:0.5\n" * 8000))  # over FAST_MIN_BYTES: loads numba
+    print(f"first call in this process (numba import + kernel load): {first * 1e3:.0f} ms\n")
+    print("| file | MB | sklearn ms | smoothrank ms | ratio | strict (before) ms | ratio | cached ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    ratios = []
     with tempfile.TemporaryDirectory() as cache:
         os.environ["SMOOTHRANK_CACHE"] = cache
-        for name in FILES:
-            path = SHARED / name
+        for path in _files():
+            name = str(path.relative_to(SHARED))
+            if args.files not in name:
+                continue
             data = gzip.decompress(path.read_bytes())
-            ours, theirs, cached = [], [], []
+            side = Path(str(path).removesuffix(".gz") + ".query")
+            sizes = np.loadtxt(side, dtype=np.int64, ndmin=1) if side.exists() else None
             load_letor(path, cache=True)  # fill the cache
+            runs: dict[str, list[float]] = {"sk": [], "ours": [], "strict": [], "cached": []}
             for _ in range(args.rounds):
-                theirs.append(_time(lambda d=data: load_svmlight_file(io.BytesIO(d), query_id=True)))
-                ours.append(_time(lambda d=data: parse_letor(d)))
-                cached.append(_time(lambda p=path: load_letor(p, cache=True)))
-            t_ours, t_theirs, t_cached = map(statistics.median, (ours, theirs, cached))
-            print(f"{name}: {len(data) / 1e6:.1f} MB text | sklearn {t_theirs * 1e3:.0f} ms | "
-                  f"smoothrank {t_ours * 1e3:.0f} ms ({t_ours / t_theirs:.2f}x sklearn) | "
-                  f"cached load {t_cached * 1e3:.1f} ms ({t_ours / t_cached:.0f}x faster than parsing)")
+                runs["sk"].append(_time(lambda d=data: load_svmlight_file(io.BytesIO(d), query_id=True)))
+                runs["ours"].append(_time(lambda d=data, s=sizes: parse_letor(d, query_sizes=s)))
+                runs["strict"].append(_time(lambda d=data, s=sizes: _strict(d, s)))
+                runs["cached"].append(_time(lambda p=path: load_letor(p, cache=True)))
+            t = {key: statistics.median(values) for key, values in runs.items()}
+            ratios.append(t["ours"] / t["sk"])
+            print(f"| {name} | {len(data) / 1e6:.1f} | {t['sk'] * 1e3:.0f} | {t['ours'] * 1e3:.1f} | "
+                  f"{t['ours'] / t['sk']:.2f}x | {t['strict'] * 1e3:.0f} | {t['strict'] / t['sk']:.2f}x | "
+                  f"{t['cached'] * 1e3:.1f} |")
+    if ratios:
+        print(f"\nsmoothrank / sklearn time: worst {max(ratios):.2f}x, "
+              f"median {statistics.median(ratios):.2f}x over {len(ratios)} files ({args.rounds} rounds each)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
 from smoothrank.data import cache as data_cache
-from smoothrank.data import load_letor, parse_letor, write_letor
+from smoothrank.data import letor, load_letor, parse_letor, write_letor
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 
@@ -293,3 +293,163 @@ def test_cache_hit_and_invalidation(tmp_path):
         entry.write_bytes(b"garbage")
     np.testing.assert_array_equal(load_letor(path, cache=True).features, [[5]])
     assert not list(data_cache.cache_dir().glob("*.tmp"))
+
+
+# ----------------------------------------------------------------------------- compiled fast path
+# Inputs of FAST_MIN_BYTES or more go through the compiled scanner first; it must read exactly what
+# the strict parser reads, and leave everything doubtful (and every error) to the strict parser.
+FIELDS = ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers")
+
+
+def _outcome(parse):
+    try:
+        return parse()
+    except DataFormatError as error:
+        return str(error)
+
+
+def _strict(data: bytes, sizes=None, **options):
+    return _outcome(lambda: letor._parse_lines([data.splitlines(keepends=True)], source="t.txt",
+                                               options=letor.ReaderOptions(**options), query_sizes=sizes,
+                                               query_source="query_sizes"))
+
+
+def _fast(data: bytes, sizes=None, chunk=1 << 24, **options):
+    return _outcome(lambda: letor._fast_parse(letor._memory_chunks(data, chunk), source="t.txt",
+                                              options=letor.ReaderOptions(**options), query_sizes=sizes,
+                                              query_source="query_sizes"))
+
+
+def _assert_same(a, b):
+    assert isinstance(a, letor.Dataset) and isinstance(b, letor.Dataset), (a, b)
+    for name in FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("name", SHARED_FILES)
+def test_fast_path_reads_shared_files_like_the_strict_parser(shared_dir, name):
+    path = shared_dir / "data" / name
+    data = gzip.decompress(path.read_bytes())
+    side = Path(str(path).removesuffix(".gz") + ".query")
+    sizes = np.loadtxt(side, dtype=np.int64) if side.exists() else None
+    # small chunks: queries and CRLF line ends straddle chunk boundaries
+    _assert_same(_fast(data, sizes, chunk=50_000), _strict(data, sizes))
+
+
+CLEAN_CASES = {
+    "comments_crlf_blank": (b"# head\r\n\r\n2 qid:a 3:0.5 #docid = D1 x = 1\r\n0 qid:a 1:-1e-3\r\n"
+                            b"1 qid:b 2:7\n", {}),
+    "docid_forms": (b"1 qid:1 1:1 #docid=A\n1 qid:1 1:1 # x docid =B docid = C\n0 qid:1 1:1 #docid =\r\n"
+                    b"0 qid:1 1:1 # docid\n1 qid:1 1:2 ##docid\t=\x0bE#F", {}),
+    "zero_based_auto": (b"1 qid:1 0:1 2:3\n0 qid:1 1:2\n", {}),
+    "zero_based_true": (b"1 qid:1 1:1 2:3\n", {"zero_based": True}),
+    "null_default": (b"1 qid:1 1:NULL 2:0.5\n0 qid:1 1:0.25 2:NULL\n", {}),
+    "null_filled": (b"1 qid:1 1:NULL 2:0.5\n0 qid:1 1:0.25 2:NULL\n", {"null_value": -1.5}),
+    "real_negative_labels": (b"0.5 qid:1 1:1\n-2 qid:1 1:2\n+1e0 qid:1 1:3\n",
+                             {"allow_real_labels": True, "allow_negative_labels": True}),
+    "number_forms": (b"1 qid:1 1:+.5 2:5. 3:-0 4:1E3 5:007 6:1e-40 7:3.4028234e38 8:0.12345678901234567 "
+                     b"9:123456789012345678901 10:1e+30 11:-2.5e-7 12:000000000000000000000000001\n", {}),
+    "whitespace": (b"  1\tqid:7\x0b 1:1 \x0c 2:2\t\r\n", {}),
+    "utf8_ids": ("1 qid:é 1:1 #docid = dé\n".encode(), {}),
+    "qid_like_tokens": (b"1 qid:a:b 1:1\n1 qid:a:b 2:1\n", {}),
+    "regroup": (b"1 qid:a 1:1\n0 qid:b 1:2\n2 qid:a 1:3\n", {"regroup": True}),
+    "n_features_wider": (b"1 qid:1 1:1\n", {"n_features": 4}),
+    "index_equal_n_features_one_based": (b"1 qid:1 3:1\n", {"n_features": 3}),
+    "no_features": (b"1 qid:1\n2 qid:1 # only a label\n", {}),
+    "sizes": (b"1 1:1\n0 2:2\n2 3:3\n", {"sizes": [2, 1]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLEAN_CASES))
+def test_fast_path_accepts_clean_input_exactly(case):
+    text, options = CLEAN_CASES[case]
+    options = dict(options)
+    sizes = options.pop("sizes", None)
+    sizes = None if sizes is None else np.asarray(sizes, dtype=np.int64)
+    fast = _fast(text, sizes, **options)
+    assert fast is not None, "the scanner should read this itself"
+    _assert_same(fast, _strict(text, sizes, **options))
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_fast_path_never_accepts_bad_input(case):
+    text, options, line, message = BAD_CASES[case]
+    fast = _fast(text.encode(), **options)
+    strict = _strict(text.encode(), **options)
+    assert isinstance(strict, str) and strict.startswith(f"t.txt:{line}: ") and message in strict
+    assert fast is None or fast == strict  # handed to the strict parser, or the same shared check
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_input_on_the_fast_path_names_file_and_line(tmp_path, monkeypatch, case):
+    monkeypatch.setattr(letor, "FAST_MIN_BYTES", 0)
+    test_bad_input_names_file_and_line(tmp_path, case)
+
+
+def test_fast_path_hands_over_doubtful_input():
+    doubtful = [b"1 qid:1 2:1 1:1\n",  # unsorted (but valid): the strict parser reads it
+                b"1 qid:1 1:1\r0 qid:1 1:2\n",  # lone CR: a line break for bytes.splitlines
+                b"1 qid:1 1:3.4028236e38\n",  # beyond float32 after exact rounding
+                b"1 qid:1 1:1e400\n", b"1 qid:1 1:1\n\xff qid:1 1:1\n", b"1 qid:1 1:1 #docid = \xff\n",
+                b"", b"# nothing\n"]
+    for text in doubtful:
+        assert _fast(text) is None, text
+    # query-level checks are shared (letor._assemble): the same message either way
+    bad_qid = b"1 qid:\xff 1:1\n"
+    assert _fast(bad_qid) == _strict(bad_qid) == "t.txt:1: the qid b'\\xff' is not valid UTF-8"
+    _assert_same(parse_letor(b"1 qid:1 2:1 1:1\n"), _strict(b"1 qid:1 2:1 1:1\n"))
+
+
+def test_large_file_with_late_error_on_both_paths(tmp_path, monkeypatch):
+    lines = [f"{i % 3} qid:{i // 10} 1:{i} 2:0.5 #docid = d{i}" for i in range(20000)]
+    clean = ("\n".join(lines) + "\n").encode()
+    assert len(clean) >= letor.FAST_MIN_BYTES
+    path = tmp_path / "big.txt"
+    path.write_bytes(clean)
+    ds = load_letor(path, cache=False)
+    assert ds.doc_ids[-1] == "d19999" and ds.features[-1, 0] == 19999
+    _assert_same(ds, _strict(clean))
+    lines[17321] = "1 qid:1732 1:3 2:0x5"
+    path.write_bytes("\n".join(lines).encode())
+    with pytest.raises(DataFormatError, match=r"big\.txt:17322: the feature value in '2:0x5' is not a"):
+        load_letor(path, cache=False)
+
+
+_VALID = ["1", "0", "2", "-1", "0.5", "+.5", "5.", "1e3", "1e-50", "NULL", "0.12345678901234567", "3.3e38",
+          "007", "-0", "1E+2", "123456789012345678901", "-2.5e-7"]
+_ODD = ["nan", "inf", "x", "", "1_0", "1e", "0x5", "--1", ".", "1.2.3"]
+
+
+@st.composite
+def odd_files(draw):
+    """Half clean files (the scanner reads them itself), half with odd tokens anywhere."""
+    clean = draw(st.booleans())
+    tokens = st.sampled_from(_VALID if clean else _VALID + _ODD)
+    lines = []
+    for _ in range(draw(st.integers(1, 6))):
+        label = draw(st.sampled_from(["0", "1", "2", "+1", "1e0", "-0", "007", "3."]) if clean else tokens)
+        qid = draw(st.sampled_from(["qid:1", "qid:2", "qid:1:2"] + ([] if clean else ["qid:", ""])))
+        if clean:
+            indices = sorted(draw(st.sets(st.sampled_from(["0", "1", "2", "3"]), max_size=3)))
+        else:
+            indices = draw(st.lists(st.sampled_from(["0", "1", "2", "3", "a", ""]), max_size=3))
+        feats = [f"{index}:{draw(tokens)}" for index in indices]
+        comment = draw(st.sampled_from(["", " #docid = D", "#docid=", " # c"]))
+        lines.append(" ".join(t for t in [label, qid, *feats] if t) + comment)
+    eol = draw(st.sampled_from(["\n", "\r\n"]))
+    return (eol.join(lines) + draw(st.sampled_from(["", eol]))).encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(odd_files(), st.sampled_from([{}, {"null_value": None}, {"n_features": 2}, {"zero_based": False},
+                                     {"regroup": True, "allow_real_labels": True}]))
+def test_fast_path_agrees_with_strict_parser_on_odd_files(data, options):
+    fast, strict = _fast(data, **options), _strict(data, **options)
+    if fast is None:
+        return  # handed over: the strict parser's answer is the answer
+    if isinstance(strict, str):
+        assert fast == strict
+    else:
+        _assert_same(fast, strict)

@@ -12,16 +12,21 @@ Refused: a non-numeric or non-finite label or value, a missing ``qid:``, a featu
 repeated on one line, an index beyond ``n_features``, a qid that reappears after another
 qid's block (unless ``regroup=True``), fractional or negative labels (unless allowed).
 
-Speed: lines are split in Python, but every number is parsed and checked by vectorised NumPy
-code, chunk by chunk; features are stored once, as float32 (no dense float64 copy). A binary
-cache (:mod:`smoothrank.data.cache`) makes a second load of a large file much faster.
+Speed: inputs of at least :data:`FAST_MIN_BYTES` go first through a compiled scanner
+(:mod:`smoothrank.data._letor_kernel`, Numba) that reads the clean case, 16 MiB at a time, and
+gives up on anything doubtful; the input is then read again by the strict parser below, whose
+lines are split in Python and whose numbers are parsed and checked by vectorised NumPy code,
+and which names the file and line of the problem. Both store the features once, as float32 (no
+dense float64 copy). A binary cache (:mod:`smoothrank.data.cache`) makes a second load of a
+large file much faster.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +45,10 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _MAX_INDEX = 2**31 - 2
 #: Files at least this large (raw bytes) are cached when ``cache=None``.
 AUTO_CACHE_BYTES = 1 << 20
+#: Inputs at least this large (bytes on disk, or in memory) try the compiled scanner first; smaller
+#: ones are parsed in a few milliseconds anyway and need not import Numba.
+FAST_MIN_BYTES = 1 << 16
+_CHUNK_BYTES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -132,9 +141,15 @@ def load_letor(
         if entry is not None:
             return Dataset(source=str(path), **entry)
     sizes = _read_query_file(side) if side is not None else None
-    with open_binary(path) as handle:
-        dataset = _parse_stream(handle, source=str(path), options=options, query_sizes=sizes,
-                                query_source=str(side) if side else None)
+    context = {"source": str(path), "options": options, "query_sizes": sizes,
+               "query_source": str(side) if side else None}
+    dataset = None
+    if path.stat().st_size >= FAST_MIN_BYTES:
+        with open_binary(path) as handle:
+            dataset = _fast_parse(_file_chunks(handle, _CHUNK_BYTES), **context)
+    if dataset is None:  # small, or something the scanner leaves to the strict parser
+        with open_binary(path) as handle:
+            dataset = _parse_stream(handle, **context)
     if key is not None:
         _cache.store_entry(key, _arrays(dataset))
     return dataset
@@ -149,9 +164,156 @@ def parse_letor(
 ) -> Dataset:
     """Parse LETOR text already in memory (the options are those of :func:`load_letor`)."""
     opts = ReaderOptions(**options)  # type: ignore[arg-type]
-    lines = data.splitlines(keepends=True)
     sizes = None if query_sizes is None else np.asarray(query_sizes, dtype=np.int64)
-    return _parse_lines([lines], source=source, options=opts, query_sizes=sizes, query_source="query_sizes")
+    context = {"source": source, "options": opts, "query_sizes": sizes, "query_source": "query_sizes"}
+    if len(data) >= FAST_MIN_BYTES:
+        dataset = _fast_parse(_memory_chunks(data, _CHUNK_BYTES), **context)
+        if dataset is not None:
+            return dataset
+    return _parse_lines([data.splitlines(keepends=True)], **context)
+
+
+# --------------------------------------------------------------------------------- fast path
+@functools.cache
+def _kernel():
+    """The compiled scanner module, or None where Numba cannot be imported."""
+    try:
+        from smoothrank.data import _letor_kernel
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return None
+    return _letor_kernel
+
+
+def _memory_chunks(data: bytes, size: int) -> Iterator[memoryview]:
+    """Views of ``data`` of about ``size`` bytes, each ending at a line end (or at the end)."""
+    view, n, start = memoryview(data), len(data), 0
+    while start < n:
+        stop = start + size
+        if stop >= n:
+            end = n
+        else:
+            newline = data.find(b"\n", stop - 1)
+            end = n if newline < 0 else newline + 1
+        yield view[start:end]
+        start = end
+
+
+def _file_chunks(handle, size: int) -> Iterator[bytes]:
+    """Blocks of about ``size`` bytes read from ``handle``, each ending at a line end (or at EOF)."""
+    carry = b""
+    while block := handle.read(size):
+        if carry:
+            block = carry + block
+        newline = block.rfind(b"\n")
+        if newline < 0:
+            carry = block
+            continue
+        carry = block[newline + 1:]
+        yield block[:newline + 1]
+    if carry:
+        yield carry
+
+
+def _fast_parse(chunks: Iterable[bytes | memoryview], *, source: str, options: ReaderOptions,
+                query_sizes: np.ndarray | None, query_source: str | None) -> Dataset | None:
+    """Read clean input with the compiled scanner; None when the strict parser must look at it.
+
+    The scanner accepts only what the strict parser reads the same way (see
+    :mod:`smoothrank.data._letor_kernel`); the checks it does not make (labels, indices against
+    ``n_features`` and ``zero_based``, UTF-8 of ids) are made here, vectorised, and any failure
+    also returns None, so that every error message comes from the strict parser. Query-level
+    checks (missing or interleaved qids, group sizes) are shared: :func:`_assemble`.
+    """
+    kernel = _kernel()
+    if kernel is None:
+        return None  # pragma: no cover
+    acc = _Rows()
+    null_ok = options.null_value is not None
+    null = float(options.null_value) if null_ok else 0.0
+    limit = options.n_features
+    line_offset = 0
+    for chunk in chunks:
+        buf = np.frombuffer(chunk, dtype=np.uint8)
+        max_rows = int(np.count_nonzero(buf == ord("\n"))) + 1
+        max_tok = int(np.count_nonzero(buf == ord(":")))
+        row_line = np.empty(max_rows, dtype=np.int64)
+        row_label = np.empty(max_rows, dtype=np.float64)
+        row_q = np.empty((max_rows, 2), dtype=np.int64)
+        row_d = np.empty((max_rows, 2), dtype=np.int64)
+        row_same = np.empty(max_rows, dtype=np.bool_)
+        tok_row = np.empty(max_tok, dtype=np.int32)
+        tok_col = np.empty(max_tok, dtype=np.int32)
+        tok_val = np.empty(max_tok, dtype=np.float32)
+        slow = np.empty((max_tok + max_rows, 3), dtype=np.int64)
+        status, n_rows, n_tok, n_slow, max_index, n_lines = kernel.scan_chunk(
+            buf, null, null_ok, row_line, row_label, row_q, row_d, row_same, tok_row, tok_col, tok_val, slow)
+        if status != kernel.OK:
+            return None
+        if n_rows == 0:
+            line_offset += n_lines
+            continue
+        lines = row_line[:n_rows] + line_offset
+        line_offset += n_lines
+        # numbers outside the scanner's exact fast path: Python's correctly rounded float()
+        for start, end, target in slow[:n_slow].tolist():
+            value = float(bytes(chunk[start:end]))
+            if target < 0:
+                row_label[-1 - target] = value
+            elif not abs(value) <= _F32_MAX:  # also NaN
+                return None
+            else:
+                tok_val[target] = value
+        labels = row_label[:n_rows]
+        if not _labels_ok(labels, options):
+            return None
+        cols = tok_col[:n_tok]
+        rows = tok_row[:n_tok]
+        if n_tok:
+            if options.zero_based is False and not cols.all():
+                return None
+            if limit is not None:
+                if max_index > limit:
+                    return None
+                if options.zero_based is not False and acc.first_limit_line is None and max_index == limit:
+                    acc.first_limit_line = int(lines[rows[int(np.argmax(cols == limit))]])
+            if acc.first_zero_line is None and not cols.all():
+                acc.first_zero_line = int(lines[rows[int(np.argmin(cols))]])
+        acc.max_index = max(acc.max_index, max_index)
+        block = np.zeros((n_rows, max_index + 1), dtype=np.float32)
+        kernel.scatter(block, rows, cols, tok_val[:n_tok])
+        acc.blocks.append(block)
+        acc.labels.append(labels.astype(np.float32))
+        acc.lines.extend(lines.tolist())
+        try:
+            _collect_ids(chunk, row_q[:n_rows], row_same[:n_rows], row_d[:n_rows], lines, acc)
+        except UnicodeDecodeError:
+            return None
+    if not acc.lines:
+        return None
+    return _assemble(acc, source=source, options=options, query_sizes=query_sizes, query_source=query_source)
+
+
+def _labels_ok(values: np.ndarray, options: ReaderOptions) -> bool:
+    """The label rules of :func:`_parse_labels`, as one yes/no."""
+    if not np.all(np.abs(values) <= _F32_MAX):  # also catches NaN and inf
+        return False
+    if not options.allow_real_labels and np.any(values != np.round(values)):
+        return False
+    return options.allow_negative_labels or not np.any(values < 0)
+
+
+def _collect_ids(chunk: bytes | memoryview, spans_q: np.ndarray, same: np.ndarray, spans_d: np.ndarray,
+                 lines: np.ndarray, acc: _Rows) -> None:
+    """Per-row qid bytes (one object per run of equal qids) and doc ids (docid, else line number)."""
+    qid: bytes | None = None
+    for (start, end), repeat in zip(spans_q.tolist(), same.tolist(), strict=True):
+        if start < 0:
+            qid = None
+        elif not repeat:
+            qid = bytes(chunk[start:end])
+        acc.qids.append(qid)
+    for (start, end), line in zip(spans_d.tolist(), lines.tolist(), strict=True):
+        acc.doc_ids.append(bytes(chunk[start:end]).decode("utf-8") if start >= 0 else str(line))
 
 
 # --------------------------------------------------------------------------------- side files
