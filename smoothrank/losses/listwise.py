@@ -1,0 +1,112 @@
+"""Listwise baselines: ListNet, ListMLE and ApproxNDCG."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from smoothrank.errors import SmoothrankError
+from smoothrank.losses import _common as C
+
+
+def _masked_log_softmax(x: Tensor, mask: Tensor) -> Tensor:
+    return torch.log_softmax(x.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def list_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean"
+             ) -> Tensor:
+    r"""ListNet, top-one probability version (Cao et al., ICML 2007).
+
+    .. math::
+        \ell = -\sum_i \mathrm{softmax}(y)_i \, \log \mathrm{softmax}(s)_i
+
+    over the real items. The log-probabilities come from ``log_softmax`` (never
+    ``log(softmax + eps)``, which loses the gradient once a probability underflows).
+    """
+    C.check_reduction(reduction)
+    scores, labels, mask = C.check_inputs(scores, labels, mask)
+    valid = C.has_relevant(labels, mask)
+    # Fully padded rows would be softmax over nothing: give them a harmless all-real row instead.
+    row_ok = mask.any(-1, keepdim=True)
+    m = mask | ~row_ok
+    target = torch.softmax(labels.masked_fill(~m, float("-inf")), dim=-1)
+    log_p = _masked_log_softmax(scores, m)
+    log_p = torch.where(m, log_p, torch.zeros_like(log_p))
+    per_query = -(target * log_p).sum(-1)
+    return C.reduce(per_query, valid, reduction)
+
+
+def _generator(generator: Any) -> torch.Generator | None:
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        return torch.Generator().manual_seed(generator)
+    raise SmoothrankError(f"generator: expected a torch.Generator, an int seed or None, got {generator!r}")
+
+
+def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
+             generator: torch.Generator | int | None = None) -> Tensor:
+    r"""ListMLE: minus the Plackett-Luce log-likelihood of a label-sorted permutation (Xia et al. 2008).
+
+    .. math::
+        \ell = \sum_{r=1}^{m} \Big(\log \sum_{q=r}^{m} e^{s_{\pi(q)}} - s_{\pi(r)}\Big)
+
+    with pi the real items sorted by descending label, ties broken uniformly at random by
+    ``generator`` (a ``torch.Generator``; an int seeds a fresh one, so every call with that int
+    breaks ties the same way).
+    """
+    C.check_reduction(reduction)
+    gen = _generator(generator)
+    scores, labels, mask = C.check_inputs(scores, labels, mask)
+    valid = C.has_relevant(labels, mask)
+    b, n = scores.shape
+    # Random tie-break: shuffle positions, then a stable sort by label keeps the shuffled order
+    # within a label. Padded items go last.
+    shuffle = torch.argsort(torch.rand(b, n, generator=gen, device=gen.device if gen else "cpu"), dim=-1)
+    shuffle = shuffle.to(scores.device)
+    key = torch.gather(labels.masked_fill(~mask, float("-inf")), -1, shuffle)
+    order = torch.gather(shuffle, -1, torch.sort(key, dim=-1, descending=True, stable=True).indices)
+    s = torch.gather(scores, -1, order)
+    real = torch.gather(mask, -1, order)
+    # Finite filler far below every real score: exp() of it vanishes next to any real term, and
+    # no -inf reaches logcumsumexp's backward.
+    low = torch.where(mask, scores.detach(), torch.full_like(scores, float("inf"))).amin(-1, keepdim=True)
+    low = torch.where(torch.isfinite(low), low, torch.zeros_like(low)) - 200.0
+    s = torch.where(real, s, low.expand_as(s))
+    tail_lse = torch.logcumsumexp(s.flip(-1), dim=-1).flip(-1)
+    per_item = torch.where(real, tail_lse - s, torch.zeros_like(s))
+    return C.reduce(per_item.sum(-1), valid, reduction)
+
+
+def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
+                alpha: float = 1.0, gain: Any = "exp2", discount: Any = "log2") -> Tensor:
+    r"""Minus ApproxNDCG (Qin, Liu & Li, "A general approximation framework for direct optimization
+    of information retrieval measures", 2010).
+
+    .. math::
+        \hat\pi_i = 1 + \sum_{j \ne i} \mathrm{sigmoid}\big(\alpha (s_j - s_i)\big), \qquad
+        \ell = -\frac{1}{\mathrm{IDCG}} \sum_i g(y_i)\, d(\hat\pi_i)
+
+    over the real items (no cutoff: ApproxNDCG would need a second approximation for it).
+    ``discount="linear"`` uses |S| - pi-hat.
+    """
+    alpha = C.check_positive(alpha, "alpha")
+    C.check_reduction(reduction)
+    C.check_gain_discount(gain, discount)
+    scores, labels, mask = C.check_inputs(scores, labels, mask)
+    g = C.real_gains(labels, mask, gain)
+    disc = C.rank_discounts(mask, discount, None, scores.dtype)
+    ideal = C.ideal_dcg(g, mask, disc)
+    valid = C.has_relevant(g, mask) & (ideal > 0)
+    above = torch.sigmoid(alpha * (scores.unsqueeze(-2) - scores.unsqueeze(-1)))  # [i, j]: j above i
+    above = torch.where(mask.unsqueeze(-2), above, torch.zeros_like(above))
+    approx_rank = 0.5 + above.sum(-1)  # the j = i term is sigmoid(0) = 0.5
+    m = mask.sum(-1, keepdim=True).to(scores.dtype)
+    from smoothrank import gains as _gains
+
+    d = torch.as_tensor(_gains.discount(approx_rank, discount, list_size=m), dtype=scores.dtype,
+                        device=scores.device)
+    dcg = torch.where(mask, g * d, torch.zeros_like(g)).sum(-1)
+    return C.reduce(-C.safe_divide(dcg, ideal, valid), valid, reduction)

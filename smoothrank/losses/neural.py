@@ -1,0 +1,133 @@
+"""NeuralNDCG and NeuralNDCG-transposed (Pobrotyn & Bialobrzeski, 2021, equations 5 and 6).
+
+Both losses return minus the smoothed NDCG@k of each query (so that they are minimised).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from smoothrank import sorting
+from smoothrank.errors import SmoothrankError
+from smoothrank.losses import _common as C
+
+
+def _check_options(temperature: Any, k: Any, sinkhorn: Any, stochastic: Any, n_samples: Any, beta: Any,
+                   max_iter: Any, tol: Any, gain: Any, discount: Any, reduction: Any) -> int | None:
+    C.check_positive(temperature, "temperature")
+    C.check_positive(beta, "beta")
+    C.check_reduction(reduction)
+    C.check_gain_discount(gain, discount)
+    if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 1:
+        raise SmoothrankError(f"n_samples: must be a positive integer, got {n_samples!r}")
+    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
+        raise SmoothrankError(f"max_iter: must be a positive integer, got {max_iter!r}")
+    if not float(tol) >= 0:
+        raise SmoothrankError(f"tol: must be >= 0, got {tol!r}")
+    if not isinstance(stochastic, bool):
+        raise SmoothrankError(f"stochastic: expected a bool, got {stochastic!r}")
+    if not isinstance(sinkhorn, bool):
+        raise SmoothrankError(f"sinkhorn: expected a bool, got {sinkhorn!r}")
+    return C.check_k(k)
+
+
+def _smoothed_dcg(scores: Tensor, gains: Tensor, mask: Tensor, disc: Tensor, *, temperature: float,
+                  sinkhorn: bool, transposed: bool, max_iter: int, tol: float) -> Tensor:
+    """Per-query ``d^T scale(P-hat) g`` (eq. 5) or ``g^T scale(P-hat^T) d`` (eq. 6), shape (batch,).
+
+    Computed by :func:`smoothrank.sorting.neural_sort_bilinear`, which never keeps a
+    (batch, n, n) tensor alive for the backward pass.
+    """
+    value, _ = sorting.neural_sort_bilinear(scores, disc, gains, mask=mask, temperature=temperature,
+                                            sinkhorn=sinkhorn, transposed=transposed, max_iter=max_iter,
+                                            tol=tol)
+    return value
+
+
+def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, temperature: float, k: Any,
+                 sinkhorn: bool, stochastic: bool, n_samples: int, beta: float, gain: Any,
+                 discount: Any, max_iter: int, tol: float, generator: torch.Generator | None,
+                 transposed: bool) -> Tensor:
+    k = _check_options(temperature, k, sinkhorn, stochastic, n_samples, beta, max_iter, tol, gain, discount,
+                       reduction)
+    scores, labels, mask = C.check_inputs(scores, labels, mask)
+    g = C.real_gains(labels, mask, gain)
+    disc = C.rank_discounts(mask, discount, k, scores.dtype)
+    ideal = C.ideal_dcg(g, mask, disc)
+    valid = C.has_relevant(g, mask) & (ideal > 0)
+    opts = dict(temperature=float(temperature), sinkhorn=bool(sinkhorn), transposed=transposed,
+                max_iter=int(max_iter), tol=float(tol))
+    if stochastic:
+        s_count, (b, n) = int(n_samples), scores.shape
+        # Sample-major (sample, batch) layout, flattened; masks, gains and discounts are expanded
+        # in the same layout so that every sample of query b uses query b's padding.
+        perturbed = sorting.gumbel_perturb(scores, n_samples=s_count, beta=float(beta), generator=generator)
+
+        def expand(x: Tensor) -> Tensor:
+            return x.unsqueeze(0).expand(s_count, *x.shape).reshape(s_count * b, n)
+
+        dcg = _smoothed_dcg(perturbed.reshape(s_count * b, n), expand(g), expand(mask), expand(disc),
+                            **opts).reshape(s_count, b).mean(0)
+    else:
+        dcg = _smoothed_dcg(scores, g, mask, disc, **opts)
+    return C.reduce(-C.safe_divide(dcg, ideal, valid), valid, reduction)
+
+
+def neural_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
+                temperature: float = 1.0, k: int | None = None, sinkhorn: bool = True,
+                stochastic: bool = False, n_samples: int = 32, beta: float = 1.0, gain: Any = "exp2",
+                discount: Any = "log2", max_iter: int = 30, tol: float = 1e-6,
+                generator: torch.Generator | None = None) -> Tensor:
+    r"""Minus NeuralNDCG@k (Pobrotyn & Bialobrzeski 2021, equation 5).
+
+    .. math::
+        \mathrm{NeuralNDCG}_k(\tau) = N_k^{-1} \sum_{j=1}^{k} \big(\mathrm{scale}(\hat P) g(y)\big)_j d(j)
+
+    with P-hat the NeuralSort relaxation (:func:`smoothrank.sorting.neural_sort`), scale() Sinkhorn
+    scaling (:func:`smoothrank.sorting.sinkhorn_scaling`; skipped with ``sinkhorn=False``), and
+    N_k the ideal DCG@k from the hard labels with the same gain and discount.
+
+    Parameters
+    ----------
+    scores, labels : Tensor (batch, n)
+    mask : bool Tensor (batch, n), optional; True = real item, padding anywhere in a row.
+    reduction : "mean" | "sum" | "none"; see :mod:`smoothrank.losses._common` (queries without a
+        relevant document contribute 0 with zero gradient and are not counted by "mean").
+    temperature : tau > 0. As tau -> 0 the loss tends to minus the exact NDCG@k (ties in input order).
+    k : cutoff, None = the whole list.
+    sinkhorn : scale P-hat to doubly stochastic (max_iter iterations or until every real row and
+        column sum is within tol of one; the paper's 30 and 1e-6).
+    stochastic : average over ``n_samples`` Plackett-Luce samples: P-hat of ``beta * s + Gumbel``
+        (scores read as log-weights; see :func:`smoothrank.sorting.stochastic_neural_sort`),
+        drawn with ``generator``.
+    gain, discount : the :mod:`smoothrank.gains` vocabulary ("exp2" = 2^y - 1, "linear" = y; "log2", ...).
+    """
+    return _neural_ndcg(scores, labels, mask=mask, reduction=reduction, temperature=temperature, k=k,
+                        sinkhorn=sinkhorn, stochastic=stochastic, n_samples=n_samples, beta=beta,
+                        gain=gain, discount=discount, max_iter=max_iter, tol=tol, generator=generator,
+                        transposed=False)
+
+
+def neural_ndcg_transposed(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,
+                           reduction: str = "mean", temperature: float = 1.0, k: int | None = None,
+                           sinkhorn: bool = True, stochastic: bool = False, n_samples: int = 32,
+                           beta: float = 1.0, gain: Any = "exp2", discount: Any = "log2",
+                           max_iter: int = 30, tol: float = 1e-6,
+                           generator: torch.Generator | None = None) -> Tensor:
+    r"""Minus NeuralNDCG-transposed@k (Pobrotyn & Bialobrzeski 2021, equation 6).
+
+    .. math::
+        \mathrm{NeuralNDCG}^T_k(\tau) = N_k^{-1} \sum_{i=1}^{n} g(y_i) \big(\mathrm{scale}(\hat P^T) d\big)_i
+
+    summing over documents with the discount vector d zeroed beyond rank k; Sinkhorn scaling is
+    applied to P-hat^T (rows of P-hat^T, i.e. documents, normalised first). N_k is the ideal DCG@k
+    of the hard labels with the *same* gain (and discount). Without Sinkhorn the value equals
+    :func:`neural_ndcg`'s. Options as in :func:`neural_ndcg`.
+    """
+    return _neural_ndcg(scores, labels, mask=mask, reduction=reduction, temperature=temperature, k=k,
+                        sinkhorn=sinkhorn, stochastic=stochastic, n_samples=n_samples, beta=beta,
+                        gain=gain, discount=discount, max_iter=max_iter, tol=tol, generator=generator,
+                        transposed=True)

@@ -1,0 +1,453 @@
+"""Losses: exactness limits, padding invariance, gradients, the registry and the known pitfalls."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import pytest
+import torch
+from reference_neuralndcg import naive_neural_ndcg, naive_sinkhorn
+
+from smoothrank import losses, sorting
+from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.metrics import ndcg as exact_ndcg
+
+F64 = torch.float64
+NAMES = ["neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "rank_net", "lambda_rank", "list_net",
+         "list_mle", "rmse"]
+
+
+def tie_free_scores(b: int, n: int, seed: int, dtype=F64) -> torch.Tensor:
+    """A random permutation of a grid with gaps >= 0.5 (plus jitter): no near-ties."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.stack([torch.randperm(n, generator=g) for _ in range(b)]).to(dtype)
+    return base + 0.4 * torch.rand(b, n, generator=g, dtype=dtype)
+
+
+def random_labels(b: int, n: int, seed: int, levels: int = 5, dtype=F64) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, levels, (b, n), generator=g).to(dtype)
+    y[:, 0] = torch.clamp(y[:, 0], min=1)  # every query has a relevant document
+    return y
+
+
+def reference_ndcg(scores, labels, mask, k, gain="exp2") -> torch.Tensor:
+    """Brute-force NDCG@k per query with log2 discounts (independent of the package)."""
+    out = []
+    for s, y, m in zip(scores, labels, mask, strict=True):
+        s, y = s[m].tolist(), y[m].tolist()
+        g = (lambda v: 2.0 ** v - 1.0) if gain == "exp2" else (lambda v: v)
+        order = sorted(range(len(s)), key=lambda i: -s[i])
+        kk = len(s) if k is None else min(k, len(s))
+        dcg = sum(g(y[order[r]]) / math.log2(r + 2) for r in range(kk))
+        ideal = sum(g(v) / math.log2(r + 2) for r, v in enumerate(sorted(y, reverse=True)[:kk]))
+        out.append(dcg / ideal)
+    return torch.tensor(out, dtype=F64)
+
+
+def pad(x: torch.Tensor, where: str, fill: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n = x.shape[-1]
+    positions = {"front": [0, 1], "middle": [2, 4], "end": [n, n + 1]}[where]
+    mask = torch.ones(n + 2, dtype=torch.bool)
+    mask[positions] = False
+    idx = torch.nonzero(mask).squeeze(-1)
+    out = torch.full((x.shape[0], n + 2), fill, dtype=x.dtype)
+    out[:, idx] = x
+    return out, mask.expand(x.shape[0], n + 2).clone(), idx
+
+
+# ----------------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed"])
+@pytest.mark.parametrize("k", [None, 1, 3, 5])
+def test_neural_ndcg_tends_to_exact_ndcg(name: str, k: int | None) -> None:
+    s = tie_free_scores(4, 8, seed=0)
+    y = random_labels(4, 8, seed=1)
+    mask = torch.ones_like(s, dtype=torch.bool)
+    mask[2, [1, 5]] = False
+    ref = reference_ndcg(s, y, mask, k)
+    metric = exact_ndcg(s, y, mask=mask, k=k, reduction="none")
+    torch.testing.assert_close(metric.to(F64), ref)  # the package's metric agrees with brute force
+    for sinkhorn in (True, False):
+        got = -losses.get(name, temperature=1e-3, k=k, sinkhorn=sinkhorn)(s, y, mask=mask, reduction="none")
+        assert (got - ref).abs().max() < 1e-6
+
+
+def test_neural_ndcg_values_match_the_formula_at_moderate_temperature() -> None:
+    """Equation 5 written out with the dense naive Sinkhorn, at equal iteration counts (float32)."""
+    torch.manual_seed(0)
+    s, y = torch.randn(6, 40), torch.randint(0, 5, (6, 40)).float()
+    mask = torch.rand(6, 40) > 0.2
+    p = sorting.neural_sort(s, mask=mask, temperature=1.0)
+    rows = sorting.rank_mask(mask)
+    for k in (None, 5):
+        g = torch.where(mask, 2.0 ** y - 1, torch.zeros_like(y))
+        d = 1 / torch.log2(torch.arange(2, 42).float())
+        d = torch.where(rows, d, 0.0)
+        if k is not None:
+            d[:, k:] = 0
+        ideal = (torch.sort(g, descending=True).values * d).sum(-1)
+        eq5 = -((naive_sinkhorn(p, rows, mask, 12) @ g.unsqueeze(-1)).squeeze(-1) * d).sum(-1) / ideal
+        eq6 = -(g * (naive_sinkhorn(p.transpose(1, 2), mask, rows, 12) @ d.unsqueeze(-1)).squeeze(-1)).sum(-1)
+        eq6 = eq6 / ideal
+        opts = dict(k=k, max_iter=12, tol=0.0, reduction="none")
+        got5 = losses.neural_ndcg(s, y, mask=mask, **opts)
+        got6 = losses.neural_ndcg_transposed(s, y, mask=mask, **opts)
+        assert ((got5 - eq5).abs() / eq5.abs()).max() < 1e-4
+        assert ((got6 - eq6).abs() / eq6.abs()).max() < 1e-4
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_neural_ndcg_equals_unrolled_reference_float32(transposed: bool) -> None:
+    """Same value and gradient as autograd through 30 dense iterations (rel. diff < 1e-4)."""
+    torch.manual_seed(2)
+    s, y = torch.randn(8, 60), torch.randint(0, 5, (8, 60)).float()
+    y[:, 0] = 3
+    s1, s2 = s.clone().requires_grad_(), s.clone().requires_grad_()
+    fn = losses.neural_ndcg_transposed if transposed else losses.neural_ndcg
+    got = fn(s1, y, max_iter=30, tol=0.0)
+    ref = naive_neural_ndcg(s2, y, n_iter=30, transposed=transposed)
+    got.backward()
+    ref.backward()
+    assert abs(got.item() - ref.item()) / abs(ref.item()) < 1e-4
+    assert (s1.grad - s2.grad).norm() / s2.grad.norm() < 1e-4
+
+
+def test_transposed_linear_gain_is_normalised_with_the_same_gain() -> None:
+    """PITFALL 2: NeuralNDCG^T with linear gains divided by the exp2 ideal DCG."""
+    s = torch.tensor([[3.0, 2.0, 1.0, 0.0]], dtype=F64)
+    y = torch.tensor([[3.0, 2.0, 0.0, 1.0]], dtype=F64)
+    mask = torch.ones_like(s, dtype=torch.bool)
+    for name in ("neural_ndcg", "neural_ndcg_transposed"):
+        got = -losses.get(name, temperature=1e-3, gain="linear")(s, y, reduction="none")
+        torch.testing.assert_close(got, reference_ndcg(s, y, mask, None, gain="linear"))
+
+
+def test_stochastic_neural_ndcg_mixed_padding() -> None:
+    """PITFALL 1: each sample of query b must use query b's mask (sample-major layout)."""
+    s = torch.tensor([[5.0, 1.0, 3.0, 0.0], [0.0, 4.0, 2.0, 9.0], [7.0, 6.0, 0.0, 0.0]], dtype=F64)
+    y = torch.tensor([[2.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0]], dtype=F64)
+    mask = torch.tensor([[True, True, True, True], [False, True, True, True], [True, True, False, False]])
+    ref = reference_ndcg(s, y, mask, None)
+    for name in ("neural_ndcg", "neural_ndcg_transposed"):
+        # Huge beta: the Gumbel noise is negligible, so every sample sorts like the scores.
+        fn = losses.get(name, stochastic=True, n_samples=3, beta=1e4, temperature=1e-2,
+                        generator=torch.Generator().manual_seed(0))
+        torch.testing.assert_close(-fn(s, y, mask=mask, reduction="none"), ref)
+    # A moderate beta gives a genuine Monte Carlo average, still finite and differentiable.
+    s2 = s.clone().requires_grad_()
+    losses.neural_ndcg(s2, y, mask=mask, stochastic=True, n_samples=8,
+                       generator=torch.Generator().manual_seed(1)).backward()
+    assert torch.isfinite(s2.grad).all() and torch.all(s2.grad[~mask] == 0)
+
+
+def test_approx_ndcg_tends_to_exact_ndcg_at_large_alpha() -> None:
+    s, y = tie_free_scores(3, 7, seed=4), random_labels(3, 7, seed=5)
+    mask = torch.ones_like(s, dtype=torch.bool)
+    got = -losses.approx_ndcg(s, y, alpha=200.0, reduction="none")
+    torch.testing.assert_close(got, reference_ndcg(s, y, mask, None))
+
+
+def test_list_net_and_rmse_formulas() -> None:
+    s = torch.tensor([[1.0, -2.0, 0.5]], dtype=F64)
+    y = torch.tensor([[2.0, 0.0, 1.0]], dtype=F64)
+    py, ps = torch.softmax(y, -1), torch.softmax(s, -1)
+    torch.testing.assert_close(losses.list_net(s, y), -(py * ps.log()).sum())
+    want = torch.sqrt(((5 * torch.sigmoid(s) - y) ** 2).mean())
+    torch.testing.assert_close(losses.rmse(s, y), want)
+    want3 = torch.sqrt(((3 * torch.sigmoid(s) - y) ** 2).mean())
+    torch.testing.assert_close(losses.rmse(s, y, n_levels=3), want3)
+
+
+def test_list_mle_is_the_plackett_luce_likelihood_with_random_tie_breaks() -> None:
+    s = torch.tensor([[0.3, -1.0, 2.0, 0.7]], dtype=F64)
+    y = torch.tensor([[1.0, 0.0, 1.0, 2.0]], dtype=F64)  # order: item 3, then {0, 2} in random order, then 1
+
+    def nll(perm):
+        e = [math.exp(s[0, i].item()) for i in perm]
+        return -sum(math.log(e[r] / sum(e[r:])) for r in range(len(perm)))
+
+    candidates = {nll([3, 0, 2, 1]), nll([3, 2, 0, 1])}
+    seen = set()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        v = losses.list_mle(s, y, generator=gen).item()
+        assert min(abs(v - c) for c in candidates) < 1e-12
+        seen.add(round(v, 9))
+    assert len(seen) == 2  # both tie-breaks occur
+    a = losses.list_mle(s, y, generator=7).item()
+    assert a == losses.list_mle(s, y, generator=7).item()  # an int seed is reproducible
+
+
+def test_rank_net_matches_pairwise_formula() -> None:
+    s = torch.tensor([[0.2, 1.5, -0.3, 0.9]], dtype=F64)
+    y = torch.tensor([[1.0, 0.0, 2.0, 1.0]], dtype=F64)
+    costs = [math.log1p(math.exp(-2.0 * (s[0, i] - s[0, j]).item()))
+             for i, j in itertools.permutations(range(4), 2) if y[0, i] > y[0, j]]
+    torch.testing.assert_close(losses.rank_net(s, y, sigma=2.0).item(), sum(costs) / len(costs))
+
+
+def test_lambda_rank_gradient_equals_closed_form_lambdas() -> None:
+    """The note's lambdas: lambda_ij = -sigma |dNDCG_ij| / (1 + exp(sigma (s_i - s_j))), y_i > y_j."""
+    s = torch.tensor([[0.5, 2.0, -1.0, 0.1, 1.2]], dtype=F64, requires_grad=True)
+    y = torch.tensor([[2.0, 0.0, 1.0, 0.0, 3.0]], dtype=F64)
+    sigma = 1.5
+    for k in (None, 2):
+        scores = s[0].tolist()
+        labels = y[0].tolist()
+        order = sorted(range(5), key=lambda i: -scores[i])
+        rank = {item: r + 1 for r, item in enumerate(order)}
+        kk = 5 if k is None else k
+
+        def d(r, kk=kk):
+            return 1 / math.log2(1 + r) if r <= kk else 0.0
+
+        ideal = sum((2 ** v - 1) * d(r + 1) for r, v in enumerate(sorted(labels, reverse=True)))
+        lam = [0.0] * 5
+        for i, j in itertools.permutations(range(5), 2):
+            if labels[i] > labels[j]:
+                delta = abs((2 ** labels[i] - 2 ** labels[j]) * (d(rank[i]) - d(rank[j]))) / ideal
+                l_ij = -sigma * delta / (1 + math.exp(sigma * (scores[i] - scores[j])))
+                lam[i] += l_ij
+                lam[j] -= l_ij
+        (grad,) = torch.autograd.grad(losses.lambda_rank(s, y, sigma=sigma, k=k, reduction="sum"), s)
+        torch.testing.assert_close(grad[0], torch.tensor(lam, dtype=F64))
+
+
+# ----------------------------------------------------------------------------- padding, gradients
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("where", ["front", "middle", "end"])
+def test_padding_position_does_not_change_loss_or_gradients(name: str, where: str) -> None:
+    """PITFALL 4 (and 14: padding is a mask, never a sentinel label)."""
+    s = torch.randn(3, 6, dtype=F64)
+    y = torch.tensor([[2.0, 0, 1, 0, 3, 4], [1, 0, 0, 0, 0, 0], [0, 1, 2, 3, 4, 5]], dtype=F64)
+    opts = {"k": 3} if name in ("neural_ndcg", "neural_ndcg_transposed", "rank_net", "lambda_rank") else {}
+    if name == "list_mle":
+        # Random tie-breaks are drawn per position, so compare on tie-free labels.
+        y = torch.tensor([[2.0, 0, 1, 5, 3, 4], [1, 0, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5]], dtype=F64)
+    fn = losses.get(name, **opts)
+    s_ref = s.clone().requires_grad_()
+    ref = fn(s_ref, y, reduction="none")
+    (g_ref,) = torch.autograd.grad(ref.sum(), s_ref)
+    padded_s, mask, idx = pad(s, where, fill=float("nan"))
+    padded_y, _, _ = pad(y, where, fill=-1.0)
+    sp = padded_s.clone().requires_grad_()
+    got = fn(sp, padded_y, mask=mask, reduction="none")
+    (g,) = torch.autograd.grad(got.sum(), sp)
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(g[:, idx], g_ref)
+    assert torch.all(g[~mask] == 0)
+
+
+def _gradcheck_options(name: str) -> list[dict]:
+    if name in ("neural_ndcg", "neural_ndcg_transposed"):
+        return [dict(temperature=0.7, max_iter=5, tol=0.0), dict(temperature=2.0, k=3, sinkhorn=False),
+                dict(temperature=1.0, k=2, max_iter=4, tol=0.0, gain="linear")]
+    if name in ("rank_net", "lambda_rank"):
+        return [{}, {"k": 2}]
+    if name == "approx_ndcg":
+        return [{"alpha": 2.0}]
+    return [{}]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradcheck_float64_with_masks(name: str) -> None:
+    torch.manual_seed(0)
+    s = tie_free_scores(3, 6, seed=3) * 0.3
+    y = random_labels(3, 6, seed=2, levels=3)
+    mask = torch.tensor([[True] * 6, [True, False, True, True, False, True],
+                         [False, True, True, True, True, True]])
+    for opts in _gradcheck_options(name):
+        fn = losses.get(name, **opts)
+        if name == "list_mle":  # the same tie-break at every call: a fresh seeded generator
+            fn = functools.partial(losses.list_mle, generator=3)
+        x = s.clone().requires_grad_()
+        assert torch.autograd.gradcheck(lambda x, fn=fn: fn(x, y, mask=mask, reduction="none"), (x,))
+    if name in ("neural_ndcg", "neural_ndcg_transposed"):
+        x = s.clone().requires_grad_()
+
+        def stochastic(x):
+            return losses.get(name, stochastic=True, n_samples=2, max_iter=3, tol=0.0,
+                              generator=torch.Generator().manual_seed(5))(x, y, mask=mask)
+
+        assert torch.autograd.gradcheck(stochastic, (x,))
+
+
+# ----------------------------------------------------------------------------- empty queries, pitfalls
+@pytest.mark.parametrize("name", NAMES)
+def test_all_empty_batch_has_a_graph_and_zero_gradient(name: str) -> None:
+    """PITFALL 3: a batch of queries without relevant documents (and fully padded rows)."""
+    s = torch.randn(3, 5, requires_grad=True)
+    y = torch.zeros(3, 5)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[2] = False
+    for reduction in ("mean", "sum", "none"):
+        loss = losses.get(name)(s, y, mask=mask, reduction=reduction)
+        assert torch.all(loss == 0)
+        loss.sum().backward()
+        assert torch.all(s.grad == 0)
+        s.grad = None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_mean_ignores_empty_queries(name: str) -> None:
+    s = torch.randn(3, 5, dtype=F64)
+    y = torch.tensor([[0.0, 1, 2, 0, 1], [0, 0, 0, 0, 0], [1, 0, 0, 0, 2]], dtype=F64)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    fn = functools.partial(losses.list_mle, generator=0) if name == "list_mle" else losses.get(name)
+    per_query = fn(s, y, mask=mask, reduction="none")
+    assert per_query[1] == 0
+    torch.testing.assert_close(fn(s, y, mask=mask), (per_query[0] + per_query[2]) / 2)
+    torch.testing.assert_close(fn(s, y, mask=mask, reduction="sum"), per_query.sum())
+
+
+@pytest.mark.parametrize("name", ["rank_net", "lambda_rank"])
+def test_truncated_pairwise_gives_gradient_to_relevant_doc_at_rank_k_plus_1(name: str) -> None:
+    """PITFALL 6: pairs with one item in the top k count; zero pairs give 0, not NaN."""
+    k = 2
+    s = torch.tensor([[3.0, 2.0, 1.0, 0.0]], requires_grad=True)
+    y = torch.tensor([[0.0, 0.0, 1.0, 0.0]])  # the only relevant document sits at rank 3 = k + 1
+    loss = losses.get(name, k=k)(s, y)
+    (g,) = torch.autograd.grad(loss, s)
+    assert g[0, 2] < 0  # pushed up
+    # No pair with an item in the top k and different labels: loss 0, finite zero gradient.
+    s2 = torch.tensor([[3.0, 2.0, 1.0, 0.0]], requires_grad=True)
+    y2 = torch.tensor([[0.0, 0.0, 1.0, 1.0]])
+    loss2 = losses.get(name, k=1)(s2, torch.tensor([[1.0, 1.0, 1.0, 1.0]]))
+    loss2.backward()
+    assert loss2.item() == 0 and torch.all(s2.grad == 0)
+    assert torch.isfinite(losses.get(name, k=k)(s2, y2))
+
+
+def test_rank_net_and_lambda_rank_stable_at_large_score_gap() -> None:
+    """PITFALL 8b: log(1 + exp(-sigma * diff)) overflows at a gap of 100."""
+    for gap in (100.0, 1e4):
+        s = torch.tensor([[0.0, gap]], requires_grad=True)
+        y = torch.tensor([[1.0, 0.0]])
+        for fn in (losses.rank_net, losses.lambda_rank):
+            loss = fn(s, y)
+            (g,) = torch.autograd.grad(loss, s)
+            assert torch.isfinite(loss) and torch.isfinite(g).all()
+            assert g[0, 0] < 0  # the wrongly ordered relevant document still gets pushed up
+            torch.testing.assert_close(g[0, 0], -g[0, 1])
+
+
+def test_list_net_keeps_gradient_when_probabilities_underflow() -> None:
+    """PITFALL 8c: log(softmax + 1e-10) loses the gradient beyond a gap of about 23."""
+    s = torch.tensor([[0.0, 60.0, 61.0]], requires_grad=True)
+    y = torch.tensor([[2.0, 0.0, 0.0]])
+    (g,) = torch.autograd.grad(losses.list_net(s, y), s)
+    assert g[0, 0] < -0.5
+
+
+def test_padding_labels_can_be_anything() -> None:
+    """PITFALL 7: padded labels of -1 (or NaN) never reach a loss."""
+    s = torch.randn(2, 4, requires_grad=True)
+    y = torch.tensor([[1.0, -1.0, 0.0, float("nan")], [2.0, 0.0, -1.0, -1.0]])
+    mask = torch.tensor([[True, False, True, False], [True, True, False, False]])
+    for name in NAMES:
+        loss = losses.get(name)(s, y, mask=mask)
+        (g,) = torch.autograd.grad(loss, s)
+        assert torch.isfinite(loss) and torch.isfinite(g).all() and torch.all(g[~mask] == 0)
+
+
+# ----------------------------------------------------------------------------- registry and errors
+def test_registry() -> None:
+    assert set(NAMES) <= set(losses.available())
+    assert losses.options("neural_ndcg")["temperature"] == 1.0
+    assert losses.options("neural_ndcg")["k"] is None
+    assert "mask" not in losses.options("rank_net") and "sigma" in losses.options("rank_net")
+    fn = losses.get("rank_net", sigma=2.0)
+    s, y = torch.randn(2, 4), torch.randint(0, 3, (2, 4)).float()
+    torch.testing.assert_close(fn(s, y), losses.rank_net(s, y, sigma=2.0))
+    with pytest.raises(ConfigError, match="temprature"):
+        losses.get("neural_ndcg", temprature=1.0)
+    with pytest.raises(ConfigError, match="no_such_loss"):
+        losses.get("no_such_loss")
+    with pytest.raises(ValueError, match="already registered"):
+        losses.register("rank_net", losses.list_net)
+
+
+@pytest.mark.parametrize(("name", "opts", "argument"), [
+    ("neural_ndcg", {"temperature": 0.0}, "temperature"),
+    ("neural_ndcg", {"k": 0}, "k"),
+    ("neural_ndcg", {"gain": "cubic"}, "gain"),
+    ("neural_ndcg", {"sinkhorn": "no"}, "sinkhorn"),
+    ("neural_ndcg_transposed", {"n_samples": 0, "stochastic": True}, "n_samples"),
+    ("approx_ndcg", {"alpha": -1.0}, "alpha"),
+    ("rank_net", {"sigma": float("nan")}, "sigma"),
+    ("lambda_rank", {"discount": "cubic"}, "discount"),
+    ("list_mle", {"generator": "x"}, "generator"),
+    ("rmse", {"n_levels": 0}, "n_levels"),
+])
+def test_bad_options_raise_errors_naming_them(name: str, opts: dict, argument: str) -> None:
+    with pytest.raises(SmoothrankError, match=argument):
+        losses.get(name, **opts)(torch.randn(2, 3), torch.ones(2, 3))
+
+
+def test_bad_inputs_raise_errors_naming_them() -> None:
+    s, y = torch.randn(2, 3), torch.ones(2, 3)
+    with pytest.raises(SmoothrankError, match="labels"):
+        losses.neural_ndcg(s, torch.ones(2, 4))
+    with pytest.raises(SmoothrankError, match="mask"):
+        losses.rank_net(s, y, mask=torch.ones(2, 3))
+    with pytest.raises(SmoothrankError, match="reduction"):
+        losses.list_net(s, y, reduction="avg")
+    with pytest.raises(SmoothrankError, match="scores"):
+        losses.rmse(torch.tensor([[float("nan"), 1.0]]), torch.ones(1, 2))
+    with pytest.raises(SmoothrankError, match="scores"):
+        losses.approx_ndcg(torch.ones(2, 3, dtype=torch.long), y)
+
+
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed", "approx_ndcg"])
+def test_tiny_smoothing_gives_finite_gradients(name: str) -> None:
+    """PITFALL 8 (its analogue here): no NaN gradients as the smoothing strength goes to zero."""
+    s = torch.tensor([[0.3, 0.3, -2.0, 1e3, 0.31], [5.0, -5.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    y = torch.tensor([[1.0, 2.0, 0.0, 0.0, 3.0], [0.0, 1.0, 0.0, 2.0, 0.0]])
+    mask = torch.tensor([[True] * 5, [True, False, True, True, True]])
+    for strength in (1e-2, 1e-4, 1e-6):
+        opts = {"alpha": 1 / strength} if name == "approx_ndcg" else {"temperature": strength}
+        loss = losses.get(name, **opts)(s, y, mask=mask)
+        (g,) = torch.autograd.grad(loss, s)
+        assert torch.isfinite(loss) and torch.isfinite(g).all()
+
+
+def test_gain_mapping_and_callable_gain() -> None:
+    """LightGBM-style label_gain mappings need not cover the padding filler."""
+    s = torch.tensor([[2.0, 1.0, 0.0, 5.0]], dtype=F64)
+    y = torch.tensor([[1.0, 2.0, 1.0, -1.0]], dtype=F64)
+    mask = torch.tensor([[True, True, True, False]])
+    mapping = {1.0: 1.0, 2.0: 3.0}
+    for name in ("neural_ndcg", "neural_ndcg_transposed", "lambda_rank", "approx_ndcg"):
+        opts = {"temperature": 1e-3} if name.startswith("neural") else {}
+        a = losses.get(name, gain=mapping, **opts)(s, y, mask=mask)
+        b = losses.get(name, gain="exp2", **opts)(s, y, mask=mask)  # 2^1-1 = 1, 2^2-1 = 3
+        torch.testing.assert_close(a, b)
+        c = losses.get(name, gain=lambda t: 2.0 ** t - 1.0, **opts)(s, y, mask=mask)
+        torch.testing.assert_close(c, b)
+    with pytest.raises(SmoothrankError, match="gain"):
+        losses.neural_ndcg(s, torch.tensor([[3.0, 2.0, 1.0, 0.0]], dtype=F64), gain=mapping)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_minimising_the_loss_improves_exact_ndcg(name: str) -> None:
+    """End to end: a linear scorer trained with each loss ranks better than at initialisation."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 12, 5, generator=g)
+    w_true = torch.tensor([1.0, -2.0, 0.5, 0.0, 1.5])
+    y = torch.bucketize(x @ w_true + 0.3 * torch.randn(16, 12, generator=g), torch.tensor([-1.0, 1.0, 2.5]))
+    y = y.float()
+    mask = torch.rand(16, 12, generator=g) > 0.15
+    w = torch.zeros(5, requires_grad=True)
+    with torch.no_grad():
+        w.copy_(0.1 * torch.randn(5, generator=g))
+    before = exact_ndcg(x @ w.detach(), y, mask=mask, k=5).item()
+    opt = torch.optim.Adam([w], lr=0.1)
+    fn = losses.get(name, generator=0) if name == "list_mle" else losses.get(name)
+    for _ in range(60):
+        opt.zero_grad()
+        fn(x @ w, y, mask=mask).backward()
+        opt.step()
+    after = exact_ndcg(x @ w.detach(), y, mask=mask, k=5).item()
+    assert after > before + 0.1 and after > 0.85, (before, after)

@@ -1,0 +1,231 @@
+"""NeuralSort and Sinkhorn: the paper's worked example, masks, the custom backward, stability."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from reference_neuralndcg import naive_neural_sort, naive_sinkhorn
+
+from smoothrank import sorting
+from smoothrank.errors import SmoothrankError
+
+F64 = torch.float64
+
+
+# ----------------------------------------------------------------------------- NeuralSort
+@pytest.mark.parametrize(("tau", "row"), [
+    (0.01, [4, 4, 3, 2, 0.99992, 0.00012339]),
+    (0.1, [3.9995, 3.8909, 2.8239, 1.9730, 0.9989, 0.3136]),
+    (1.0, [3.3893, 2.9820, 2.4965, 2.0191, 1.6097, 1.2815]),
+])
+def test_table1_of_the_neuralndcg_paper(tau: float, row: list[float]) -> None:
+    y = torch.tensor([4, 2, 1, 0, 4, 3], dtype=F64)
+    s = torch.tensor([[0.5, 0.2, 0.1, 0.01, 0.65, 0.3]], dtype=F64)
+    quasi = (sorting.neural_sort(s, temperature=tau) @ y)[0]
+    for got, printed in zip(quasi.tolist(), row, strict=True):
+        text = repr(printed)
+        decimals = len(text.split(".")[1]) if "." in text else 0
+        # "3" in the tau = 0.01 row is 2.99995: printed digits mean agreement to 4 decimals there.
+        decimals = max(decimals, 4)
+        assert abs(got - printed) <= 0.5 * 10 ** -decimals + 1e-12, (tau, quasi.tolist())
+    # The printed sums are sums of the rounded entries (the paper's 10.388 for tau = 1 is a misprint
+    # of 13.778: its own row adds up to 13.7781).
+    assert abs(sum(row) - quasi.sum().item()) < 1e-3
+
+
+def test_neural_sort_matches_equation_3_and_is_row_stochastic() -> None:
+    torch.manual_seed(0)
+    s = torch.randn(3, 7, dtype=F64) * 3
+    for tau in (0.05, 1.0, 10.0):
+        p = sorting.neural_sort(s, temperature=tau)
+        torch.testing.assert_close(p, naive_neural_sort(s, tau))
+        torch.testing.assert_close(p.sum(-1), torch.ones(3, 7, dtype=F64))
+
+
+def _pad(x: torch.Tensor, where: str, fill: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pad the last dim of x with 3 entries at the front, middle or end; return (padded, mask, idx)."""
+    n = x.shape[-1]
+    positions = {"front": [0, 1, 2], "middle": [1, 3, 4], "end": [n, n + 1, n + 2]}[where]
+    total = n + 3
+    mask = torch.ones(total, dtype=torch.bool)
+    mask[positions] = False
+    idx = torch.nonzero(mask).squeeze(-1)
+    out = torch.full((*x.shape[:-1], total), fill, dtype=x.dtype)
+    out[..., idx] = x
+    return out, mask.expand(*x.shape[:-1], total).clone(), idx
+
+
+@pytest.mark.parametrize("where", ["front", "middle", "end"])
+def test_neural_sort_and_sinkhorn_are_invariant_to_padding_position(where: str) -> None:
+    torch.manual_seed(1)
+    s = torch.randn(2, 6, dtype=F64)
+    ref_p = sorting.neural_sort(s, temperature=0.5)
+    ref = sorting.sinkhorn(ref_p)
+    padded, mask, idx = _pad(s, where, fill=123.0)
+    p = sorting.neural_sort(padded, mask=mask, temperature=0.5)
+    m = 6
+    torch.testing.assert_close(p[:, :m][:, :, idx], ref_p)
+    assert torch.all(p[:, m:] == 0) and torch.all(p[:, :, ~mask[0]] == 0)
+    got = sorting.sinkhorn(p, mask=(sorting.rank_mask(mask), mask))
+    torch.testing.assert_close(got[:, :m][:, :, idx], ref)
+    assert torch.all(got[:, m:] == 0) and torch.all(got[:, :, ~mask[0]] == 0)
+
+
+def test_neural_sort_finite_at_extremes() -> None:
+    s = torch.tensor([[1e4, -1e4, 0.0, 0.0, 5.0], [3.0, 3.0, 3.0, 3.0, 3.0]], requires_grad=True)
+    for tau in (1e-3, 1.0, 100.0):
+        p = sorting.neural_sort(s, temperature=tau)
+        assert torch.isfinite(p).all()
+        (p * torch.randn_like(p)).sum().backward()
+        assert torch.isfinite(s.grad).all()
+        s.grad = None
+    # Ties split the mass evenly.
+    p = sorting.neural_sort(s.detach()[1:], temperature=1e-3)
+    torch.testing.assert_close(p, torch.full((1, 5, 5), 0.2))
+
+
+def test_neural_sort_fully_padded_row_and_length_one() -> None:
+    s = torch.tensor([[0.3, 0.1], [2.0, 7.0]], requires_grad=True)
+    mask = torch.tensor([[False, False], [False, True]])
+    p = sorting.neural_sort(s, mask=mask)
+    assert torch.equal(p[0], torch.zeros(2, 2))
+    assert p[1, 0, 1] == 1 and p[1].sum() == 1
+    p.sum().backward()
+    assert torch.isfinite(s.grad).all()
+
+
+def test_stochastic_neural_sort_layout_and_masks() -> None:
+    s = torch.randn(3, 5)
+    mask = torch.tensor([[True] * 5, [False, True, True, False, True], [True, False, False, False, False]])
+    gen = torch.Generator().manual_seed(0)
+    p = sorting.stochastic_neural_sort(s, mask=mask, n_samples=4, generator=gen)
+    assert p.shape == (4, 3, 5, 5)
+    for sample in range(4):
+        for q in range(3):
+            m = int(mask[q].sum())
+            assert torch.all(p[sample, q][:, ~mask[q]] == 0)
+            assert torch.all(p[sample, q][m:] == 0)
+            torch.testing.assert_close(p[sample, q][:m].sum(-1), torch.ones(m))
+    # beta -> large makes the Gumbel noise negligible: back to the deterministic relaxation.
+    det = sorting.neural_sort(s * 1e6, mask=mask, temperature=1e6)
+    sto = sorting.stochastic_neural_sort(s, mask=mask, n_samples=2, beta=1e6, temperature=1e6,
+                                         generator=gen)
+    torch.testing.assert_close(sto[0], det, atol=1e-4, rtol=0)
+
+
+def test_neural_sort_errors_name_the_argument() -> None:
+    s = torch.randn(2, 3)
+    with pytest.raises(SmoothrankError, match="temperature"):
+        sorting.neural_sort(s, temperature=0)
+    with pytest.raises(SmoothrankError, match="mask"):
+        sorting.neural_sort(s, mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(SmoothrankError, match="scores"):
+        sorting.neural_sort(torch.randn(3))
+    with pytest.raises(SmoothrankError, match="n_samples"):
+        sorting.stochastic_neural_sort(s, n_samples=0)
+
+
+# ----------------------------------------------------------------------------- Sinkhorn
+def _masked_problem(seed: int = 0, dtype: torch.dtype = F64):
+    torch.manual_seed(seed)
+    s = torch.randn(4, 9, dtype=dtype)
+    mask = torch.ones(4, 9, dtype=torch.bool)
+    mask[1, [0, 4]] = False
+    mask[2, [8]] = False
+    mask[3, 2:] = False
+    p = sorting.neural_sort(s, mask=mask, temperature=0.7)
+    return p, sorting.rank_mask(mask), mask
+
+
+@pytest.mark.parametrize("n_iter", [1, 3, 30])
+def test_sinkhorn_equals_unrolled_autograd_values_and_gradients(n_iter: int) -> None:
+    p, rows, cols = _masked_problem()
+    k1 = p.detach().clone().requires_grad_()
+    k2 = p.detach().clone().requires_grad_()
+    got = sorting.sinkhorn(k1, mask=(rows, cols), max_iter=n_iter, tol=0.0)
+    ref = naive_sinkhorn(k2, rows, cols, n_iter)
+    torch.testing.assert_close(got, ref)
+    w = torch.randn_like(got)
+    (g1,) = torch.autograd.grad((got * w).sum(), k1)
+    (g2,) = torch.autograd.grad((ref * w).sum(), k2)
+    keep = rows.unsqueeze(-1) & cols.unsqueeze(-2)
+    torch.testing.assert_close(g1 * keep, g2 * keep)
+
+
+def test_sinkhorn_gradcheck_float64() -> None:
+    p, rows, cols = _masked_problem(seed=3)
+    k = p.detach().clone().requires_grad_()
+
+    def f(k):
+        u, v, _ = sorting.sinkhorn_scaling(k, mask=(rows, cols), max_iter=5, tol=0.0)
+        return u, v
+
+    assert torch.autograd.gradcheck(f, (k,))
+
+
+def test_sinkhorn_marginals_error_and_per_query_stopping() -> None:
+    p, rows, cols = _masked_problem(seed=2)
+    out, err = sorting.sinkhorn_with_info(p, mask=(rows, cols), max_iter=500, tol=1e-9)
+    assert torch.all(err <= 1e-9)
+    row_sums, col_sums = out.sum(-1), out.sum(-2)
+    torch.testing.assert_close(row_sums, rows.to(F64), atol=1e-8, rtol=0)
+    torch.testing.assert_close(col_sums, cols.to(F64), atol=1e-8, rtol=0)
+    # A query's result does not depend on its batch companions (each stops on its own).
+    for q in range(4):
+        alone, err_q = sorting.sinkhorn_with_info(p[q:q + 1], mask=(rows[q:q + 1], cols[q:q + 1]),
+                                                  max_iter=500, tol=1e-9)
+        torch.testing.assert_close(alone[0], out[q], atol=0, rtol=0)
+        assert err_q.item() == err[q].item()
+    # The reported error is the true marginal error after the last iteration.
+    out2, err2 = sorting.sinkhorn_with_info(p, mask=(rows, cols), max_iter=2, tol=0.0)
+    true = torch.maximum((out2.sum(-1) - rows.to(F64)).abs().amax(-1),
+                         (out2.sum(-2) - cols.to(F64)).abs().amax(-1))
+    torch.testing.assert_close(err2, true, atol=1e-12, rtol=0)
+    assert err2[0] > 1e-6
+
+
+def test_sinkhorn_stable_at_small_temperature_and_padded_rows() -> None:
+    s = torch.randn(3, 50) * 5
+    s[1, 10:20] = 0.25  # ties
+    mask = torch.ones(3, 50, dtype=torch.bool)
+    mask[2] = False
+    for tau in (1e-3, 1e-2, 100.0):
+        k = sorting.neural_sort(s, mask=mask, temperature=tau).requires_grad_()
+        out, err = sorting.sinkhorn_with_info(k, mask=(sorting.rank_mask(mask), mask))
+        assert torch.isfinite(out).all() and torch.isfinite(err).all()
+        assert torch.all(out[2] == 0) and err[2] == 0
+        (out * torch.randn_like(out)).sum().backward()
+        assert torch.isfinite(k.grad).all()
+
+
+def test_sinkhorn_backward_does_not_store_per_iteration_matrices() -> None:
+    """PITFALL 5: autograd through 30 linear-domain iterations saves ~60 (batch, n, n) tensors."""
+    b, n = 4, 64
+    k = sorting.neural_sort(torch.randn(b, n), temperature=1.0).detach().requires_grad_()
+    saved: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        sorting.sinkhorn(k, max_iter=30, tol=0.0)
+    full = b * n * n
+    # K (referenced twice), diag(u) K for the final product, and O(T n) vectors per query.
+    assert sum(saved) <= 4.5 * full, sum(saved) / full
+    saved.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        naive_sinkhorn(k, torch.ones(b, n, dtype=torch.bool), torch.ones(b, n, dtype=torch.bool), 30)
+    assert sum(saved) >= 60 * full  # the pitfall this design avoids
+
+
+def test_sinkhorn_errors() -> None:
+    with pytest.raises(SmoothrankError, match="matrix"):
+        sorting.sinkhorn(torch.rand(2, 3, 4))
+    with pytest.raises(SmoothrankError, match="mask"):
+        sorting.sinkhorn(torch.rand(2, 3, 3), mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(SmoothrankError, match="max_iter"):
+        sorting.sinkhorn(torch.rand(2, 3, 3), max_iter=0)
+    with pytest.raises(SmoothrankError, match="mask"):
+        rows = torch.tensor([[True, True, False]])
+        sorting.sinkhorn(torch.rand(1, 3, 3), mask=(rows, torch.ones(1, 3, dtype=torch.bool)))
