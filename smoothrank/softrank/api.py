@@ -1,0 +1,91 @@
+"""Rank distributions from scores: smoothing, contests, Rank-Binomial (exact/normal/hybrid), Sinkhorn."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from smoothrank.errors import SmoothrankError
+from smoothrank.softrank.normal import hybrid_rank_distributions, normal_rank_distributions
+from smoothrank.softrank.pairwise import check_sigma, default_mask, pairwise_probabilities
+from smoothrank.softrank.rank_binomial import can_fuse, rank_distributions, score_rank_distributions
+
+METHODS = ("exact", "normal", "hybrid")
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise SmoothrankError(f"method: expected one of {METHODS}, got {method!r}")
+    return method
+
+
+def check_n_exact(n_exact: int) -> int:
+    if isinstance(n_exact, bool) or not isinstance(n_exact, int) or n_exact < 0:
+        raise SmoothrankError(f"n_exact: expected an integer >= 0, got {n_exact!r}")
+    return n_exact
+
+
+def sinkhorn_rank_matrix(p: Tensor, mask: Tensor, *, max_iter: int = 30, tol: float = 1e-6) -> Tensor:
+    """Sinkhorn scaling of the ``[p_j(r)]`` matrix to doubly stochastic (SoftRank section 3.2).
+
+    Rows are the real documents, columns the real ranks ``0..n_b - 1`` of each query; the scaling
+    is the shared :func:`smoothrank.sorting.sinkhorn` of NeuralNDCG, with separate row and column
+    masks so that padding may sit anywhere in the row. ``p`` must be square (all ranks).
+    """
+    from smoothrank.sorting import rank_mask, sinkhorn
+
+    if p.shape[-1] != p.shape[-2]:
+        raise SmoothrankError("sinkhorn: needs the full rank distributions (max_rank = n)")
+    return sinkhorn(p, mask=(mask, rank_mask(mask)), max_iter=max_iter, tol=tol)
+
+
+def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
+              max_rank: int | None = None, method: str = "exact", n_exact: int = 10,
+              sinkhorn: bool = False, max_iter: int = 30, tol: float = 1e-6,
+              backend: str = "auto") -> Tensor:
+    """SoftRank rank distributions ``p[b, j, r] = P(rank of item j = r)`` (0-based ``r``).
+
+    Scores are smoothed into ``N(s_j, sigma^2)`` (eq. 8), turned into contest probabilities (eq. 9)
+    and into rank distributions: the exact Rank-Binomial recursion (eqs. 11-12, ``method="exact"``),
+    its normal approximation (section 3.6, ``"normal"``) or the hybrid (``"hybrid"``: ``n_exact``
+    documents exact at each end of the expected ranking). ``sinkhorn=True`` then scales the
+    document-by-rank matrix to doubly stochastic (section 3.2; computed over all ranks and cut to
+    ``max_rank`` afterwards).
+
+    Returns
+    -------
+    Tensor, shape (batch, n, R), ``R = min(max_rank, n)``; zero rows for padded items.
+    """
+    if not isinstance(scores, Tensor) or scores.dim() != 2 or not scores.is_floating_point():
+        raise SmoothrankError("scores: expected a floating tensor of shape (batch, list_size)")
+    check_sigma(sigma)
+    check_method(method)
+    check_n_exact(n_exact)
+    mask = default_mask(scores, mask)
+    n = scores.shape[-1]
+    if max_rank is not None and (isinstance(max_rank, bool) or int(max_rank) != max_rank or max_rank < 1):
+        raise SmoothrankError(f"max_rank: expected a positive integer or None, got {max_rank!r}")
+    n_ranks = n if max_rank is None else min(int(max_rank), n)
+    inner_ranks = n if sinkhorn else n_ranks
+    if n == 0:
+        return scores.new_zeros(scores.shape[0], 0, 0)
+    if method == "exact" and can_fuse(scores, backend):
+        # The compiled kernel forms the contests itself: no (batch, n, n) tensor at all.
+        safe = torch.where(mask, scores, torch.zeros_like(scores))
+        p = score_rank_distributions(safe, sigma=sigma, mask=mask, max_rank=inner_ranks)
+        if sinkhorn:
+            p = sinkhorn_rank_matrix(p, mask, max_iter=max_iter, tol=tol)[..., :n_ranks]
+        return p
+    pi = pairwise_probabilities(scores, sigma=sigma, mask=mask)
+    if method == "exact":
+        p = rank_distributions(pi, mask=mask, max_rank=inner_ranks, backend=backend)
+    elif method == "normal":
+        p = normal_rank_distributions(pi, mask=mask, max_rank=inner_ranks)
+    else:
+        p = hybrid_rank_distributions(pi, mask=mask, max_rank=inner_ranks, n_exact=n_exact, backend=backend)
+    if sinkhorn:
+        p = sinkhorn_rank_matrix(p, mask, max_iter=max_iter, tol=tol)[..., :n_ranks]
+    return p
+
+
+__all__ = ["METHODS", "sinkhorn_rank_matrix", "soft_rank"]

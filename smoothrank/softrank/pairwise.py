@@ -1,0 +1,82 @@
+"""Score smoothing and pairwise contests (Taylor et al., SoftRank, WSDM 2008, section 3.2).
+
+Every score is smoothed into a Gaussian with a shared standard deviation ``sigma`` (eq. 8),
+``S_j ~ N(s_j, sigma^2)``. The probability that document ``i`` beats document ``j`` is (eq. 9)
+
+    pi_ij = P(S_i > S_j) = Phi((s_i - s_j) / (sigma * sqrt(2)))
+
+and the expected 0-based rank of ``j`` is the expected number of documents beating it (eq. 10)
+
+    E[r_j] = sum_{i != j} pi_ij.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from smoothrank.errors import SmoothrankError
+
+
+def check_sigma(sigma: float) -> float:
+    """Return ``sigma`` as a float, or raise naming the argument if it is not finite and > 0."""
+    try:
+        value = float(sigma)
+    except (TypeError, ValueError):
+        raise SmoothrankError(f"sigma: expected a positive number, got {sigma!r}") from None
+    if not (math.isfinite(value) and value > 0.0):
+        raise SmoothrankError(f"sigma: expected a finite number > 0, got {sigma!r}")
+    return value
+
+
+def default_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """The boolean mask (True = real item), all True when ``mask`` is None; checks the shape."""
+    if mask is None:
+        return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    if mask.shape != scores.shape:
+        raise SmoothrankError(f"mask: shape {tuple(mask.shape)} differs from scores {tuple(scores.shape)}")
+    return mask.to(device=scores.device, dtype=torch.bool)
+
+
+def pair_mask(mask: Tensor) -> Tensor:
+    """``(batch, n, n)`` mask of the real contests: both items real and ``i != j``."""
+    n = mask.shape[-1]
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=mask.device)
+    return mask[:, :, None] & mask[:, None, :] & off_diagonal
+
+
+def pairwise_probabilities(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None) -> Tensor:
+    """Probability ``pi[b, i, j] = P(S_i > S_j)`` that item ``i`` beats item ``j`` (eq. 9).
+
+    Parameters
+    ----------
+    scores : Tensor, shape (batch, n)
+        Score means ``s_j``.
+    sigma : float
+        Shared standard deviation of the score smoothing (eq. 8); ``S_i - S_j`` has variance
+        ``2 sigma^2``.
+    mask : Tensor of bool, shape (batch, n), optional
+        True for real items. Padded items neither beat nor are beaten: their rows and columns
+        are zero, as is the diagonal (an item does not compete with itself).
+
+    Returns
+    -------
+    Tensor, shape (batch, n, n)
+        ``Phi((s_i - s_j) / (sigma sqrt 2))`` on real pairs, 0 elsewhere. ``torch.special.ndtr``
+        saturates cleanly to 0 or 1 on huge gaps, so values and gradients stay finite.
+    """
+    sigma = check_sigma(sigma)
+    mask = default_mask(scores, mask)
+    # Padded scores may hold anything (even inf/nan): neutralise them before differencing so
+    # that no NaN can leak into the gradient of the real items through torch.where.
+    safe = torch.where(mask, scores, torch.zeros_like(scores))
+    diff = (safe[:, :, None] - safe[:, None, :]) / (sigma * math.sqrt(2.0))
+    pi = torch.special.ndtr(diff)
+    return torch.where(pair_mask(mask), pi, torch.zeros_like(pi))
+
+
+def expected_ranks(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None) -> Tensor:
+    """Expected 0-based rank ``E[r_j] = sum_{i != j} pi_ij`` of every item (eq. 10); 0 on padding."""
+    return pairwise_probabilities(scores, sigma=sigma, mask=mask).sum(dim=1)

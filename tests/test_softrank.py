@@ -1,0 +1,329 @@
+"""SoftRank rank distributions: exact Rank-Binomial, kernels, gradients, normal approximation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smoothrank.errors import SmoothrankError
+from smoothrank.gains import discount
+from smoothrank.softrank import (
+    expected_ranks,
+    hybrid_rank_distributions,
+    normal_rank_distributions,
+    pairwise_probabilities,
+    rank_distributions,
+    shallow_discount,
+    soft_rank,
+)
+from smoothrank.softrank.rank_binomial import HAVE_NUMBA
+
+BACKENDS = ["numba", "torch"] if HAVE_NUMBA else ["torch"]
+F64 = torch.float64
+
+
+def brute_force(pi: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Enumerate all 2^(m-1) win/lose outcomes of each real document's contests."""
+    n = pi.shape[0]
+    out = np.zeros((n, n))
+    real = [i for i in range(n) if mask[i]]
+    for j in real:
+        others = [i for i in real if i != j]
+        for outcome in itertools.product((0, 1), repeat=len(others)):
+            prob = 1.0
+            for i, beaten in zip(others, outcome, strict=True):
+                prob *= pi[i, j] if beaten else 1.0 - pi[i, j]
+            out[j, sum(outcome)] += prob
+    return out
+
+
+def random_case(n: int, seed: int, *, pad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(1, n, generator=g, dtype=F64) * 2
+    mask = torch.rand(1, n, generator=g) > 0.25 if pad else torch.ones(1, n, dtype=torch.bool)
+    mask[0, int(torch.randint(n, (1,), generator=g))] = True
+    return scores, mask
+
+
+# ----------------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 10])
+def test_matches_brute_force_enumeration(n: int, backend: str) -> None:
+    scores, mask = random_case(n, seed=n, pad=n > 2)
+    pi = pairwise_probabilities(scores, sigma=0.8, mask=mask)
+    p = rank_distributions(pi, mask=mask, backend=backend)[0].numpy()
+    ref = brute_force(pi[0].numpy(), mask[0].numpy())
+    np.testing.assert_allclose(p, ref, rtol=0, atol=1e-12)
+    # from the scores: the fused kernel (contests formed inside) on the numba backend
+    fused = soft_rank(scores, sigma=0.8, mask=mask, backend=backend)[0].numpy()
+    np.testing.assert_allclose(fused, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_brute_force_with_arbitrary_probabilities(backend: str) -> None:
+    # Contest probabilities not induced by scores (the recursion does not assume pi_ij + pi_ji = 1).
+    g = torch.Generator().manual_seed(3)
+    pi = torch.rand(1, 7, 7, generator=g, dtype=F64)
+    pi[0, 2, :] = 1.0  # certain wins
+    pi[0, :, 4] = 0.0  # certain losses
+    p = rank_distributions(pi, backend=backend)[0].numpy()
+    ref = brute_force(pi[0].numpy(), np.ones(7, dtype=bool))
+    np.testing.assert_allclose(p, ref, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 12), seed=st.integers(0, 10_000), sigma=st.floats(1e-3, 10.0))
+def test_rows_sum_to_one_and_mean_is_expected_rank(n: int, seed: int, sigma: float) -> None:
+    scores, mask = random_case(n, seed)
+    p = soft_rank(scores, sigma=sigma, mask=mask)
+    m = int(mask.sum())
+    sums = p.sum(-1)
+    torch.testing.assert_close(sums, mask.to(F64), rtol=0, atol=1e-12)
+    ranks = torch.arange(n, dtype=F64)
+    mean = (p * ranks).sum(-1)
+    torch.testing.assert_close(mean, expected_ranks(scores, sigma=sigma, mask=mask), rtol=0, atol=1e-10)
+    assert float(p[..., m:].abs().sum()) == 0.0  # no mass beyond the real ranks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncation_is_a_prefix_of_the_full_distribution(backend: str) -> None:
+    scores = torch.randn(3, 15, dtype=F64)
+    mask = torch.rand(3, 15) > 0.3
+    pi = pairwise_probabilities(scores, sigma=0.5, mask=mask)
+    full = rank_distributions(pi, mask=mask, backend=backend)
+    for r in (1, 4, 15):
+        torch.testing.assert_close(rank_distributions(pi, mask=mask, max_rank=r, backend=backend),
+                                   full[..., :r], rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_padding_anywhere_equals_the_compacted_list(backend: str) -> None:
+    g = torch.Generator().manual_seed(5)
+    scores = torch.randn(2, 9, generator=g, dtype=F64)
+    mask = torch.tensor([[False, True, True, False, True, True, False, True, True],
+                         [True, False, False, False, False, False, False, False, True]])
+    scores_padded = torch.where(mask, scores, torch.full_like(scores, 1e30))  # junk padding
+    p = soft_rank(scores_padded, sigma=0.7, mask=mask, backend=backend)
+    for b in range(2):
+        compact = soft_rank(scores[b][mask[b]][None], sigma=0.7, backend=backend)[0]
+        m = compact.shape[0]
+        torch.testing.assert_close(p[b][mask[b]][:, :m], compact, rtol=0, atol=1e-14)
+        assert float(p[b][~mask[b]].abs().sum()) == 0.0
+
+
+def test_fully_padded_rows_and_empty_lists() -> None:
+    scores = torch.randn(2, 4, dtype=F64, requires_grad=True)
+    mask = torch.tensor([[False] * 4, [True, False, True, True]])
+    p = soft_rank(scores, mask=mask)
+    assert float(p[0].detach().abs().sum()) == 0.0
+    (p * torch.randn_like(p)).sum().backward()
+    assert torch.isfinite(scores.grad).all() and float(scores.grad[0].abs().sum()) == 0.0
+    assert soft_rank(torch.zeros(3, 0)).shape == (3, 0, 0)
+
+
+# ----------------------------------------------------------------------------- kernels and gradients
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("max_rank", [None, 3])
+def test_numba_and_torch_paths_agree(dtype: torch.dtype, max_rank: int | None) -> None:
+    g = torch.Generator().manual_seed(11)
+    scores = torch.randn(4, 23, generator=g, dtype=dtype) * 3
+    mask = torch.rand(4, 23, generator=g) > 0.3
+    select = torch.rand(4, 23, generator=g) > 0.5
+    pi = pairwise_probabilities(scores, sigma=1.0, mask=mask).requires_grad_()
+    weights = torch.randn(4, 23, 23 if max_rank is None else max_rank, generator=g, dtype=dtype)
+    out, grads = [], []
+    for backend in ("numba", "torch"):
+        p = rank_distributions(pi, mask=mask, max_rank=max_rank, select=select, backend=backend)
+        (grad,) = torch.autograd.grad((p * weights).sum(), pi)
+        out.append(p)
+        grads.append(grad)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(out[0], out[1], rtol=0, atol=tol)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=tol * 10)
+    assert out[0].dtype == dtype and grads[0].dtype == dtype
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("max_rank", [None, 2])
+def test_gradcheck_exact(backend: str, max_rank: int | None) -> None:
+    scores = torch.randn(2, 6, dtype=F64, requires_grad=True)
+    mask = torch.tensor([[True, False, True, True, True, True], [True, True, True, False, True, False]])
+    torch.autograd.gradcheck(
+        lambda s: soft_rank(s, sigma=0.9, mask=mask, max_rank=max_rank, backend=backend), (scores,))
+
+
+def test_gradcheck_normal_hybrid_and_sinkhorn() -> None:
+    scores = torch.randn(2, 7, dtype=F64, requires_grad=True)
+    mask = torch.tensor([[True] * 7, [True, False, True, True, False, True, True]])
+    torch.autograd.gradcheck(lambda s: soft_rank(s, sigma=1.3, mask=mask, method="normal"), (scores,))
+    torch.autograd.gradcheck(
+        lambda s: soft_rank(s, sigma=1.3, mask=mask, method="hybrid", n_exact=1), (scores,))
+    torch.autograd.gradcheck(
+        lambda s: soft_rank(s, sigma=1.3, mask=mask, sinkhorn=True, max_iter=5), (scores,))
+
+
+def eq18_jacobian(scores: np.ndarray, sigma: float) -> np.ndarray:
+    """The paper's forward-mode recursion (eq. 18, with psi^(i-1) on the right) for dp_j(r)/ds_m.
+
+    Independent of the adjoint backward: psi_{m,j}^(i)(r) = psi^(i-1)(r-1) pi_ij
+    + psi^(i-1)(r) (1 - pi_ij) + (p^(i-1)(r-1) - p^(i-1)(r)) dpi_ij/ds_m, with eq. 20 for dpi/ds.
+    """
+    n = len(scores)
+    c = sigma * math.sqrt(2.0)
+
+    def pi_(i: int, j: int) -> float:
+        return 0.5 * math.erfc(-(scores[i] - scores[j]) / c / math.sqrt(2.0))
+
+    def dens(x: float) -> float:  # N(0 | x, 2 sigma^2)
+        return math.exp(-x * x / (2 * c * c)) / (c * math.sqrt(2 * math.pi))
+
+    jac = np.zeros((n, n, n))  # [j, r, m]
+    for j in range(n):
+        for m in range(n):
+            p = np.zeros(n)
+            p[0] = 1.0
+            psi = np.zeros(n)
+            for i in range(n):
+                if i == j:
+                    continue
+                pij = pi_(i, j)
+                if m == i:
+                    dpi = dens(scores[m] - scores[j])
+                elif m == j:
+                    dpi = -dens(scores[i] - scores[m])
+                else:
+                    dpi = 0.0
+                p_shift = np.concatenate([[0.0], p[:-1]])
+                psi_shift = np.concatenate([[0.0], psi[:-1]])
+                psi = psi_shift * pij + psi * (1 - pij) + (p_shift - p) * dpi
+                p = p_shift * pij + p * (1 - pij)
+            jac[j, :, m] = psi
+    return jac
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_adjoint_matches_the_papers_derivative_recursion(backend: str) -> None:
+    scores = torch.tensor([0.3, -1.2, 0.9, 0.35, 2.0], dtype=F64)
+    sigma = 0.6
+    jac = torch.autograd.functional.jacobian(
+        lambda s: soft_rank(s[None], sigma=sigma, backend=backend)[0], scores)
+    np.testing.assert_allclose(jac.numpy(), eq18_jacobian(scores.numpy(), sigma), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("sigma", [1e-4, 1e-2, 1.0, 1e2])
+@pytest.mark.parametrize("method", ["exact", "normal", "hybrid"])
+def test_finite_gradients_on_ties_and_huge_gaps(sigma: float, method: str) -> None:
+    scores = torch.tensor([[0.0, 0.0, 0.0, 1e6, -1e6, 3.0, 3.0, 1e-9]], requires_grad=True)
+    p = soft_rank(scores, sigma=sigma, method=method, n_exact=1)
+    assert torch.isfinite(p).all()
+    (p * torch.arange(8.0)).sum().backward()
+    assert torch.isfinite(scores.grad).all()
+    torch.testing.assert_close(p.sum(-1), torch.ones(1, 8), rtol=0, atol=1e-5)
+
+
+def test_rejects_bad_options() -> None:
+    s = torch.randn(2, 4)
+    with pytest.raises(SmoothrankError, match="sigma"):
+        soft_rank(s, sigma=0.0)
+    with pytest.raises(SmoothrankError, match="sigma"):
+        soft_rank(s, sigma=float("nan"))
+    with pytest.raises(SmoothrankError, match="method"):
+        soft_rank(s, method="approx")
+    with pytest.raises(SmoothrankError, match="n_exact"):
+        soft_rank(s, method="hybrid", n_exact=-1)
+    with pytest.raises(SmoothrankError, match="max_rank"):
+        soft_rank(s, max_rank=0)
+    with pytest.raises(SmoothrankError, match="mask"):
+        soft_rank(s, mask=torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(SmoothrankError, match="backend"):
+        soft_rank(s, backend="cuda")
+
+
+# ----------------------------------------------------------------------------- approximations
+def test_sinkhorn_moves_the_pairwise_approximation_towards_the_true_process() -> None:
+    """Monte Carlo of the exact generative process (sample scores, sort, histogram the ranks).
+
+    Measured (n = 8, sigma = 0.5, 200k samples, three queries): mean |p - p_MC| about 0.023-0.035
+    for the Rank-Binomial and 0.014-0.019 after Sinkhorn scaling; MC noise is about 1e-3.
+    """
+    n, sigma, n_samples = 8, 0.5, 200_000
+    gen = torch.Generator().manual_seed(0)
+    for _trial in range(3):
+        scores = torch.randn(1, n, generator=gen, dtype=F64)
+        plain = soft_rank(scores, sigma=sigma)[0]
+        scaled = soft_rank(scores, sigma=sigma, sinkhorn=True, max_iter=200, tol=1e-10)[0]
+        samples = scores + sigma * torch.randn(n_samples, n, generator=gen, dtype=F64)
+        ranks = samples.argsort(dim=1, descending=True).argsort(dim=1)
+        mc = torch.zeros(n, n, dtype=F64).scatter_add_(1, ranks.T.contiguous(),
+                                                        torch.ones(n, n_samples, dtype=F64)) / n_samples
+        err_plain = float((plain - mc).abs().mean())
+        err_scaled = float((scaled - mc).abs().mean())
+        print(f"MC mean abs error: rank-binomial {err_plain:.4f}, with sinkhorn {err_scaled:.4f}")
+        assert 0.005 < err_plain < 0.15  # a real, but moderate, approximation error
+        assert err_scaled < 0.85 * err_plain
+
+
+def test_normal_approximation_error_shrinks_with_n() -> None:
+    """Max |p_normal - p_exact| over documents and ranks, reported for n = 10, 30, 100, 240.
+
+    Measured (scores ~ N(0, 1), sigma = 1): about 0.085, 0.048, 0.015, 0.0077.
+    """
+    gen = torch.Generator().manual_seed(1)
+    errors = []
+    for n in (10, 30, 100, 240):
+        scores = torch.randn(2, n, generator=gen, dtype=F64)
+        pi = pairwise_probabilities(scores, sigma=1.0)
+        exact = rank_distributions(pi)
+        approx = normal_rank_distributions(pi)
+        torch.testing.assert_close(approx.sum(-1), torch.ones(2, n, dtype=F64), rtol=0, atol=1e-12)
+        errors.append(float((exact - approx).abs().max()))
+    print("normal approximation max error for n = 10, 30, 100, 240:", [f"{e:.4f}" for e in errors])
+    assert all(a > b for a, b in itertools.pairwise(errors))
+    assert errors[-1] < 0.01
+
+
+def test_hybrid_is_exact_at_both_ends_and_normal_in_between() -> None:
+    scores = torch.arange(12, dtype=F64)[None] * 0.3
+    pi = pairwise_probabilities(scores, sigma=1.0)
+    exact = rank_distributions(pi)
+    approx = normal_rank_distributions(pi)
+    hybrid = hybrid_rank_distributions(pi, n_exact=2)
+    # expected ranks: the highest scores (indices 11, 10) and the lowest (0, 1) are exact.
+    for j in (0, 1, 10, 11):
+        torch.testing.assert_close(hybrid[0, j], exact[0, j], rtol=0, atol=0)
+    for j in range(2, 10):
+        torch.testing.assert_close(hybrid[0, j], approx[0, j], rtol=0, atol=0)
+    torch.testing.assert_close(hybrid_rank_distributions(pi, n_exact=6), exact, rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------- shallow discounts
+def test_shallow_discount_family() -> None:
+    n = 60
+    ranks = torch.arange(1, n + 1, dtype=F64)
+    torch.testing.assert_close(discount(ranks, shallow_discount(1.0, n)), discount(ranks, "log2"),
+                               rtol=0, atol=1e-15)
+    floor = 1.0 / math.log2(n + 1)
+    curves = {a: discount(ranks, shallow_discount(a, n)) for a in (-1.0, -0.5, 0.0, 0.5, 1.0)}
+    for a, d in curves.items():
+        assert abs(float(d[0]) - 1.0) < 1e-12 and abs(float(d[-1]) - floor) < 1e-12, a
+        assert bool((d[1:] <= d[:-1]).all()), a  # non-increasing
+    second = {a: d[2:] - 2 * d[1:-1] + d[:-2] for a, d in curves.items()}
+    assert float(second[0.0].abs().max()) < 1e-12  # linear
+    assert bool((second[1.0] > 0).all()) and bool((second[-1.0] < 0).all())  # log-shaped / reflected
+    # alpha moves weight towards the tail monotonically
+    means = [float(curves[a].mean()) for a in (1.0, 0.5, 0.0, -0.5, -1.0)]
+    assert all(x < y for x, y in itertools.pairwise(means))
+    assert float(discount(torch.tensor([100.0]), shallow_discount(0.3, n))) == pytest.approx(floor)
+    assert float(discount(torch.tensor([1.0]), shallow_discount(-1.0, 1))) == 1.0
+    for bad in (1.5, -2, float("nan"), "x"):
+        with pytest.raises(SmoothrankError, match="alpha"):
+            shallow_discount(bad, 10)  # type: ignore[arg-type]
+    with pytest.raises(SmoothrankError, match="n"):
+        shallow_discount(0.0, 0)
