@@ -1,0 +1,46 @@
+"""``smoothrank predict MODEL DATA --out FILE``: score a LETOR file with a trained model."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from smoothrank.cli import CLIError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "predict", help="score a LETOR file with a trained model",
+        description="Write one score per input line, in input line order (the LETOR prediction-file "
+                    "format read by `smoothrank evaluate` and Eval-Score-4.0.pl), or a TREC run.")
+    parser.add_argument("model", help="model file written by `smoothrank train` (run_dir/model.pt)")
+    parser.add_argument("data", help="LETOR / SVMlight file to score")
+    parser.add_argument("--out", required=True, help="output file")
+    parser.add_argument("--format", choices=("letor", "trec"), default="letor", help="output format")
+    parser.add_argument("--tag", default="smoothrank", help="run tag of a TREC run")
+    parser.add_argument("--n-features", type=int, default=None,
+                        help="feature count of a sparse DATA file whose largest index is below the model's")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from smoothrank.data import load_letor, write_predictions, write_trec_run
+    from smoothrank.training.artifact import load_model
+
+    loaded = load_model(args.model)
+    if args.n_features is not None and args.n_features < 1:
+        raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
+    dataset = load_letor(args.data, n_features=args.n_features)
+    if dataset.n_features != loaded.n_features:
+        hint = (" (a sparse file may pass --n-features)" if dataset.n_features < loaded.n_features else "")
+        raise CLIError(f"{args.data} has {dataset.n_features} features but the model {args.model} was "
+                       f"trained on {loaded.n_features}{hint}")
+    scores = loaded.score(dataset, source=args.data)
+    if args.format == "trec":
+        write_trec_run(args.out, dataset, scores, tag=args.tag)
+    else:
+        # One score per input line, in line order, whatever order the reader grouped rows in.
+        order = np.argsort(dataset.line_numbers, kind="stable")
+        write_predictions(args.out, scores[order])
+    return 0

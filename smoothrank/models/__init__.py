@@ -1,0 +1,213 @@
+"""Scoring models: ``f(features (B, L, F), mask (B, L)) -> scores (B, L)``.
+
+Every model scores any list length (training slates and full evaluation lists alike) and
+returns 0 at padded positions, so that padding can sit anywhere in a row. Per-item models
+(:class:`LinearScorer`, :class:`MLPScorer`) only ever see the real items (they are gathered
+with the mask first), so batch normalisation statistics never include padding.
+
+:class:`ContextAwareRanker` is the self-attentive scorer of Pobrotyn et al. ("Context-aware
+learning to rank with self-attention", SIGIR eCom 2020) as used in the NeuralNDCG paper
+(Pobrotyn & Bialobrzeski 2021, section 5.2): an input fully-connected layer, ``n_blocks``
+Transformer encoder blocks whose self-attention runs over the items of one list and ignores
+padded items, and a linear output layer with an optional activation (tanh for NeuralNDCG).
+It uses no positional encoding: items of a list are a set, so a permutation of the input
+permutes the scores and nothing differs between training and inference (PITFALLS 18).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from smoothrank.errors import ConfigError
+
+__all__ = [
+    "ACTIVATIONS",
+    "ContextAwareRanker",
+    "LinearScorer",
+    "MLPScorer",
+    "build_model",
+    "reinitialize",
+]
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "gelu": nn.GELU,
+    "leaky_relu": nn.LeakyReLU,
+    "identity": nn.Identity,
+}
+
+
+def _activation(name: str | None, *, argument: str) -> nn.Module:
+    if name is None:
+        return nn.Identity()
+    if name not in ACTIVATIONS:
+        raise ConfigError(f"{argument}: unknown activation {name!r}; expected one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]()
+
+
+def _check_inputs(features: Tensor, mask: Tensor | None, n_features: int) -> Tensor:
+    """Validate shapes and return a boolean mask (all True when ``mask`` is None)."""
+    if features.dim() != 3:
+        raise ValueError("features: expected shape (batch, list_size, n_features), "
+                         f"got {tuple(features.shape)}")
+    if features.shape[-1] != n_features:
+        raise ValueError(f"features: the model expects {n_features} features, got {features.shape[-1]}")
+    if mask is None:
+        return torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
+    if mask.shape != features.shape[:2]:
+        raise ValueError(f"mask: expected shape {tuple(features.shape[:2])}, got {tuple(mask.shape)}")
+    return mask.to(torch.bool)
+
+
+class _PerItemScorer(nn.Module):
+    """Applies ``self.net`` (``(N, F) -> (N, 1)``) to the real items only; padding scores 0."""
+
+    net: nn.Module
+
+    def __init__(self, n_features: int) -> None:
+        super().__init__()
+        if n_features < 1:
+            raise ConfigError(f"n_features: expected a positive count, got {n_features}")
+        self.n_features = n_features
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        mask = _check_inputs(features, mask, self.n_features)
+        scores = features.new_zeros(features.shape[:2])
+        real = features[mask]
+        if real.shape[0] > 0:
+            # index_put keeps the graph; the padded positions stay exactly 0.
+            scores = scores.index_put((mask,), self.net(real).squeeze(-1))
+        return scores
+
+
+class LinearScorer(_PerItemScorer):
+    """A linear scoring function ``s = w^T x + b``."""
+
+    def __init__(self, n_features: int) -> None:
+        super().__init__(n_features)
+        self.net = nn.Linear(n_features, 1)
+
+
+class MLPScorer(_PerItemScorer):
+    """A feed-forward network applied to each item independently.
+
+    ``Linear -> [norm] -> activation -> [dropout]`` per hidden layer, then ``Linear(., 1)`` and an
+    optional output activation. ``hidden=(3,)`` with ``activation="tanh"`` is the SoftRank paper's
+    2-layer net (Taylor et al. 2008, section 4: 3 to 10 hidden units).
+
+    Parameters
+    ----------
+    n_features : int
+    hidden : sequence of int
+        Hidden layer widths; empty gives a linear model.
+    activation : str
+        One of :data:`ACTIVATIONS`.
+    dropout : float
+        Dropout probability after every hidden layer.
+    norm : {"none", "batch", "layer"}
+        Normalisation after every hidden linear layer. Batch norm statistics are taken over the
+        real items of the batch only.
+    output_activation : str or None
+    """
+
+    def __init__(self, n_features: int, *, hidden: Sequence[int] = (64,), activation: str = "relu",
+                 dropout: float = 0.0, norm: str = "none", output_activation: str | None = None) -> None:
+        super().__init__(n_features)
+        if norm not in ("none", "batch", "layer"):
+            raise ConfigError(f"model.norm: expected 'none', 'batch' or 'layer', got {norm!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"model.dropout: expected a probability in [0, 1), got {dropout}")
+        layers: list[nn.Module] = []
+        width = n_features
+        for size in hidden:
+            if size < 1:
+                raise ConfigError(f"model.hidden: layer widths must be positive, got {list(hidden)}")
+            layers.append(nn.Linear(width, size))
+            if norm == "batch":
+                layers.append(nn.BatchNorm1d(size))
+            elif norm == "layer":
+                layers.append(nn.LayerNorm(size))
+            layers.append(_activation(activation, argument="model.activation"))
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+            width = size
+        layers.append(nn.Linear(width, 1))
+        layers.append(_activation(output_activation, argument="model.output_activation"))
+        self.net = nn.Sequential(*layers)
+
+
+class ContextAwareRanker(nn.Module):
+    """Self-attentive list scorer (NeuralNDCG paper, section 5.2; Pobrotyn et al. 2020).
+
+    ``h0 = act(W_in x)`` per item, then ``n_blocks`` Transformer encoder blocks (multi-head
+    self-attention over the real items of the list, position-wise feed-forward of width
+    ``hidden``, residual connections and layer norm), then ``s = out_act(w^T h + b)``.
+    The defaults are the paper's Web30K architecture: input layer 96, 2 blocks, 1 head,
+    hidden dimension 384; ``output_activation="tanh"`` is what the paper used for NeuralNDCG.
+    """
+
+    def __init__(self, n_features: int, *, input_dim: int = 96, n_blocks: int = 2, n_heads: int = 1,
+                 hidden: int = 384, dropout: float = 0.1, input_activation: str | None = "relu",
+                 output_activation: str | None = None) -> None:
+        super().__init__()
+        if n_features < 1:
+            raise ConfigError(f"n_features: expected a positive count, got {n_features}")
+        if input_dim % n_heads != 0:
+            raise ConfigError(f"model.input_dim ({input_dim}) must be divisible by model.n_heads ({n_heads})")
+        self.n_features = n_features
+        self.input = nn.Sequential(nn.Linear(n_features, input_dim),
+                                   _activation(input_activation, argument="model.input_activation"))
+        block = nn.TransformerEncoderLayer(d_model=input_dim, nhead=n_heads, dim_feedforward=hidden,
+                                           dropout=dropout, batch_first=True)
+        # Nested-tensor fast path off: identical numerics in train and eval mode.
+        self.encoder = nn.TransformerEncoder(block, num_layers=n_blocks, enable_nested_tensor=False)
+        self.output = nn.Sequential(nn.Linear(input_dim, 1),
+                                    _activation(output_activation, argument="model.output_activation"))
+
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        mask = _check_inputs(features, mask, self.n_features)
+        # A row with no real item would make every attention weight NaN (softmax over -inf);
+        # let such rows attend to themselves; their scores are zeroed below anyway.
+        attend = mask | ~mask.any(dim=1, keepdim=True)
+        hidden = self.encoder(self.input(features), src_key_padding_mask=~attend)
+        scores = self.output(hidden).squeeze(-1)
+        return scores.masked_fill(~mask, 0.0)
+
+
+def reinitialize(model: nn.Module) -> None:
+    """Draw fresh initial weights for every layer of ``model`` (in place, from torch's RNG).
+
+    Used by the SoftRank protocol (Taylor et al. 2008, section 4.5): weights are re-initialised
+    after 16 epochs without improvement of the training NDCG@10.
+    """
+    for module in model.modules():
+        reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
+        if callable(reset) and module is not model:
+            reset()
+
+
+def build_model(spec: Any, n_features: int) -> nn.Module:
+    """Build a scoring model from a model config (``smoothrank.training.config.ModelConfig`` or dict).
+
+    The spec is read, never modified (PITFALLS 17).
+    """
+    options = dict(spec) if isinstance(spec, dict) else spec.model_dump()
+    kind = options.pop("kind", None)
+    if kind == "linear":
+        return LinearScorer(n_features)
+    if kind == "mlp":
+        return MLPScorer(n_features, hidden=tuple(options["hidden"]), activation=options["activation"],
+                         dropout=options["dropout"], norm=options["norm"],
+                         output_activation=options["output_activation"])
+    if kind == "context_aware":
+        return ContextAwareRanker(n_features, input_dim=options["input_dim"], n_blocks=options["n_blocks"],
+                                  n_heads=options["n_heads"], hidden=options["hidden"],
+                                  dropout=options["dropout"], input_activation=options["input_activation"],
+                                  output_activation=options["output_activation"])
+    raise ConfigError(f"model.kind: unknown model {kind!r}; expected 'linear', 'mlp' or 'context_aware'")

@@ -1,0 +1,17 @@
+"""Training: configuration, the trainer, learning-rate protocols, model artifacts, the demo."""
+
+from smoothrank.training.artifact import RankingModel, load_model, save_model
+from smoothrank.training.config import Config, load_config
+from smoothrank.training.trainer import TrainResult, evaluate_model, predict_scores, train
+
+__all__ = [
+    "Config",
+    "RankingModel",
+    "TrainResult",
+    "evaluate_model",
+    "load_config",
+    "load_model",
+    "predict_scores",
+    "save_model",
+    "train",
+]

@@ -1,0 +1,103 @@
+"""A trained model as one self-contained file.
+
+The file (``torch.save`` of plain containers and tensors, loadable with ``weights_only=True``)
+holds the weights, the resolved model config, the fitted feature transforms' state, the
+feature count, the smoothrank version and the whole resolved training config. Predicting
+needs nothing else: :func:`load_model` rebuilds the scorer and the transforms.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from smoothrank import __version__
+from smoothrank.errors import DataFormatError, SmoothrankError
+from smoothrank.models import build_model
+from smoothrank.training._io import atomic_torch_save
+
+__all__ = ["FORMAT", "FeatureMismatchError", "RankingModel", "load_model", "save_model"]
+
+FORMAT = "smoothrank-model"
+FORMAT_VERSION = 1
+
+
+class FeatureMismatchError(SmoothrankError):
+    """The data has a different number of features than the model was trained on."""
+
+
+@dataclass
+class RankingModel:
+    """A loaded artifact: ``score(dataset)`` gives one float64 score per dataset row."""
+
+    model: nn.Module
+    n_features: int
+    config: dict[str, Any]
+    transform_state: dict[str, Any] | None = None
+    version: str = __version__
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def transform(self, dataset: Any) -> Any:
+        """Apply the fitted training-time feature transforms (none: ``dataset`` unchanged)."""
+        if self.transform_state is None:
+            return dataset
+        from smoothrank.data.transforms import transform_from_state
+
+        return transform_from_state(self.transform_state).transform(dataset)
+
+    def check_features(self, dataset: Any, *, source: str = "data") -> None:
+        if dataset.n_features != self.n_features:
+            raise FeatureMismatchError(
+                f"{source} has {dataset.n_features} features but the model was trained on "
+                f"{self.n_features}")
+
+    def score(self, dataset: Any, *, batch_size: int = 256, source: str = "data") -> np.ndarray:
+        from smoothrank.training.trainer import predict_scores
+
+        self.check_features(dataset, source=source)
+        return predict_scores(self.model, self.transform(dataset), batch_size=batch_size)
+
+
+def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: int,
+               transform_state: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None) -> None:
+    """Write the artifact atomically (``config``: a :class:`~smoothrank.training.config.Config`)."""
+    resolved = config.model_dump(mode="json")
+    atomic_torch_save(path, {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "smoothrank_version": __version__,
+        "n_features": int(n_features),
+        "model_config": resolved["model"],
+        "config": resolved,
+        "transform_state": transform_state,
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "metadata": metadata or {},
+    })
+
+
+def load_model(path: str | Path) -> RankingModel:
+    """Read an artifact written by :func:`save_model` (or ``smoothrank train``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(2, "No such model file", str(path))
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+        raise DataFormatError(f"{path}: not a smoothrank model file ({type(err).__name__})") from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        raise DataFormatError(f"{path}: not a smoothrank model file")
+    if blob.get("format_version", 0) > FORMAT_VERSION:
+        raise DataFormatError(f"{path}: written by a newer smoothrank ({blob.get('smoothrank_version')}); "
+                              f"this is {__version__}")
+    model = build_model(blob["model_config"], blob["n_features"])
+    model.load_state_dict(blob["state_dict"])
+    model.eval()
+    return RankingModel(model=model, n_features=blob["n_features"], config=blob["config"],
+                        transform_state=blob["transform_state"], version=blob["smoothrank_version"],
+                        metadata=blob.get("metadata", {}))

@@ -1,0 +1,298 @@
+"""The training configuration: one validated document (YAML or TOML) for a whole run.
+
+Every section forbids unknown keys, so a typo is an error, not a silently ignored option. All
+problems of a document are reported together in one :class:`~smoothrank.errors.ConfigError`
+before anything is written or trained. Any option can be overridden from the command line with
+a dotted path, ``optimizer.lr=0.0005`` or ``model.hidden=[32,16]`` (values are parsed as YAML).
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from smoothrank.errors import ConfigError
+
+__all__ = [
+    "Config",
+    "apply_overrides",
+    "config_from_dict",
+    "dump_config",
+    "load_config",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Section):
+    """Where the splits come from: LETOR files, or the bundled MQ2008 fold (``mq2008_fold``)."""
+
+    train: str | None = None
+    valid: str | None = None
+    test: str | None = None
+    mq2008_fold: Annotated[int, Field(ge=1, le=5)] | None = None
+    n_features: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataConfig:
+        if self.mq2008_fold is None and self.train is None:
+            raise ValueError("give either data.train (a LETOR file) or data.mq2008_fold (bundled data)")
+        if self.mq2008_fold is not None and any(p is not None for p in (self.train, self.valid, self.test)):
+            raise ValueError("data.mq2008_fold and data.train/valid/test are exclusive")
+        return self
+
+
+class TransformConfig(_Section):
+    """One feature transform, fitted on the training split (``smoothrank.data.transforms``)."""
+
+    name: Literal["standardize", "signed_log1p", "query_minmax"]
+    features: list[int] | None = None
+
+
+class LinearModelConfig(_Section):
+    kind: Literal["linear"]
+
+
+class MLPModelConfig(_Section):
+    kind: Literal["mlp"]
+    hidden: list[Annotated[int, Field(ge=1)]] = [64]
+    activation: Literal["relu", "tanh", "sigmoid", "gelu", "leaky_relu", "identity"] = "relu"
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    norm: Literal["none", "batch", "layer"] = "none"
+    output_activation: Literal["relu", "tanh", "sigmoid", "gelu", "leaky_relu", "identity"] | None = None
+
+
+class ContextAwareModelConfig(_Section):
+    """Defaults: the NeuralNDCG paper's Web30K architecture (section 5.2)."""
+
+    kind: Literal["context_aware"]
+    input_dim: Annotated[int, Field(ge=1)] = 96
+    n_blocks: Annotated[int, Field(ge=1)] = 2
+    n_heads: Annotated[int, Field(ge=1)] = 1
+    hidden: Annotated[int, Field(ge=1)] = 384
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    input_activation: Literal["relu", "tanh", "gelu", "identity"] | None = "relu"
+    output_activation: Literal["relu", "tanh", "sigmoid", "gelu", "leaky_relu", "identity"] | None = "tanh"
+
+
+ModelConfig = Annotated[LinearModelConfig | MLPModelConfig | ContextAwareModelConfig,
+                        Field(discriminator="kind")]
+
+
+class LossConfig(_Section):
+    """A loss from the registry (``smoothrank losses`` lists the names and their options)."""
+
+    name: str = "neural_ndcg"
+    options: dict[str, Any] = {}
+
+
+class OptimizerConfig(_Section):
+    name: Literal["adam", "sgd"] = "adam"
+    lr: Annotated[float, Field(gt=0.0)] = 1e-3
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+
+
+class ScheduleConfig(_Section):
+    """Learning-rate protocol.
+
+    ``none``; ``step``: ``lr * gamma ** (epoch // step_size)`` (NeuralNDCG paper: x0.1 after 50 of
+    100 epochs); ``softrank``: ``lr * factor`` whenever the end-of-epoch training ``metric`` does not
+    improve, and re-initialised weights after ``reinit_patience`` epochs without improvement
+    (Taylor et al. 2008, section 4.5: 0.8, NDCG@10, 16).
+    """
+
+    name: Literal["none", "step", "softrank"] = "none"
+    step_size: Annotated[int, Field(ge=1)] = 50
+    gamma: Annotated[float, Field(gt=0.0, le=1.0)] = 0.1
+    factor: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    metric: str = "ndcg@10"
+    reinit_patience: Annotated[int, Field(ge=1)] | None = 16
+
+
+class TrainingConfig(_Section):
+    epochs: Annotated[int, Field(ge=1)] = 100
+    batch_size: Annotated[int, Field(ge=1)] = 64
+    list_size: Annotated[int, Field(ge=1)] = 240
+    sampling: Literal["random", "softrank"] = "random"
+    grad_clip: Annotated[float, Field(gt=0.0)] | None = None
+    early_stopping_patience: Annotated[int, Field(ge=1)] | None = None
+    num_threads: Annotated[int, Field(ge=1)] | None = None
+    deterministic: bool = True
+    device: str = "cpu"
+
+
+class EvaluationConfig(_Section):
+    """Validation metrics; ``select_by`` picks the best epoch (validation split only)."""
+
+    metrics: list[str] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
+    select_by: str = "ndcg@10"
+    convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
+    batch_size: Annotated[int, Field(ge=1)] = 256
+
+    @model_validator(mode="after")
+    def _selected_is_computed(self) -> EvaluationConfig:
+        if self.select_by not in self.metrics:
+            raise ValueError(f"evaluation.select_by {self.select_by!r} must be one of evaluation.metrics "
+                             f"{self.metrics}")
+        return self
+
+
+class OutputConfig(_Section):
+    run_dir: str = "runs/run"
+    tensorboard: bool = False
+
+
+class Config(_Section):
+    """The whole run; the resolved version is saved as ``config.yaml`` in the run directory."""
+
+    seed: Annotated[int, Field(ge=0)] = 0
+    data: DataConfig
+    transforms: list[TransformConfig] = []
+    model: ModelConfig = MLPModelConfig(kind="mlp")
+    loss: LossConfig = LossConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    output: OutputConfig = OutputConfig()
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _default_model_kind(cls, value: Any) -> Any:
+        # ``model: {hidden: [32]}`` means the default kind (an MLP).
+        if isinstance(value, dict) and "kind" not in value:
+            return {"kind": "mlp", **value}
+        return value
+
+    @field_validator("transforms", mode="before")
+    @classmethod
+    def _transform_names(cls, value: Any) -> Any:
+        # Allow the short form ``transforms: [standardize]``.
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+
+def _error_lines(err: ValidationError) -> list[str]:
+    lines = []
+    for item in err.errors():
+        loc = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-after"))
+        # Discriminated unions add the tag to the location: model.mlp.hidden -> model.hidden.
+        for tag in ("linear", "mlp", "context_aware"):
+            loc = loc.replace(f"model.{tag}", "model")
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "required key missing"
+        lines.append(f"  - {loc or '(top level)'}: {message}"
+                     + (f" (got {item['input']!r})" if item["type"] not in ("missing", "extra_forbidden")
+                        and not isinstance(item.get("input"), dict) else ""))
+    return lines
+
+
+def _loss_problems(data: dict[str, Any]) -> list[str]:
+    """Unknown loss names and options, checked against the registry (``smoothrank losses``)."""
+    loss = data.get("loss", {})
+    if not isinstance(loss, dict):
+        return []  # the schema reports it
+    name, options = loss.get("name", LossConfig().name), loss.get("options", {})
+    if not isinstance(name, str) or not isinstance(options, dict):
+        return []
+    from smoothrank import losses
+
+    available = losses.available()
+    if name not in available:
+        return [f"  - loss.name: unknown loss {name!r}; available: {', '.join(sorted(available))}"]
+    known = losses.options(name)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        return [f"  - loss.options: unknown option(s) {', '.join(unknown)} for loss {name!r}; "
+                f"it takes {', '.join(sorted(known)) or 'no options'}"]
+    return []
+
+
+def config_from_dict(data: Any, *, source: str = "config") -> Config:
+    """Validate a plain mapping; raise :class:`ConfigError` listing every problem.
+
+    Besides the schema, the loss name and option names are checked against the loss registry.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    problems = _loss_problems(data)
+    config = None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as err:
+        problems = _error_lines(err) + problems
+    if problems:
+        header = f"{source}: {len(problems)} problem(s) in the configuration:"
+        raise ConfigError("\n".join([header, *problems]))
+    assert config is not None
+    return config
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) document into a dict."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
+        kind = "TOML" if path.suffix == ".toml" else "YAML"
+        raise ConfigError(f"{path}: not valid {kind}: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``key.sub=value`` overrides applied (values parsed as YAML)."""
+    result = copy.deepcopy(data)
+    problems = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            problems.append(f"  - {item!r}: expected KEY.SUB=VALUE")
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        node = result
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+    if problems:
+        raise ConfigError("bad command-line override(s):\n" + "\n".join(problems))
+    return result
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read, override and validate a configuration (one message lists every problem)."""
+    data = read_config_file(path) if path is not None else {}
+    data = apply_overrides(data, list(overrides or []))
+    return config_from_dict(data, source=str(path) if path is not None else "config")
+
+
+def dump_config(config: Config) -> str:
+    """The resolved configuration as YAML (every default written out)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,440 @@
+"""The training loop: the papers' protocols, validation-only model selection, exact resume.
+
+Determinism: the model is initialised from ``torch.manual_seed(seed)``; every epoch then draws
+its own seeds from ``numpy.random.SeedSequence([seed, epoch])`` (one for torch -- dropout,
+re-initialisation -- one for the list sampling of :func:`smoothrank.data.training_batches`).
+So a checkpoint written after epoch e (model, optimiser, schedule, best-so-far, early-stopping
+counters, the metric history) determines epochs e+1.. completely, and ``resume`` ends with the
+same weights and metrics as an uninterrupted run.
+
+Run directory (every file written atomically: temporary file + ``os.replace``):
+``config.yaml`` (resolved config), ``metrics.jsonl`` (one JSON object per epoch),
+``checkpoint.pt`` (after every epoch), ``model.pt`` (the best model on validation, a
+self-contained artifact, see :mod:`smoothrank.training.artifact`), ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from smoothrank import __version__
+from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.models import build_model, reinitialize
+from smoothrank.training._io import atomic_torch_save, atomic_write_text
+from smoothrank.training.artifact import save_model
+from smoothrank.training.config import Config, dump_config
+from smoothrank.training.schedules import build_schedule, set_lr
+
+__all__ = [
+    "TrainResult",
+    "TrainingError",
+    "build_loss",
+    "build_transform",
+    "evaluate_model",
+    "load_splits",
+    "predict_scores",
+    "train",
+]
+
+CHECKPOINT = "checkpoint.pt"
+METRICS_LOG = "metrics.jsonl"
+MODEL_FILE = "model.pt"
+CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"
+
+
+class TrainingError(SmoothrankError):
+    """Training cannot go on (e.g. the loss became NaN); the message says where."""
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns; ``model`` holds the selected (best-on-validation) weights."""
+
+    model: nn.Module
+    best_epoch: int
+    best_value: float
+    history: list[dict[str, Any]]
+    valid_metrics: dict[str, float] = field(default_factory=dict)
+    test_metrics: dict[str, float] = field(default_factory=dict)
+    run_dir: Path | None = None
+
+
+def _epoch_seeds(seed: int, epoch: int) -> tuple[int, int]:
+    torch_seed, data_seed = np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32)
+    return int(torch_seed), int(data_seed)
+
+
+# --- building blocks -------------------------------------------------------------------------
+
+def load_splits(config: Config) -> dict[str, Any]:
+    """The train/valid/test :class:`smoothrank.data.Dataset` objects named by ``config.data``."""
+    from smoothrank.data import load_letor
+
+    data = config.data
+    if data.mq2008_fold is not None:
+        from smoothrank.datasets import load_mq2008
+
+        return {name: load_mq2008(fold=data.mq2008_fold, split=split)
+                for name, split in (("train", "train"), ("valid", "vali"), ("test", "test"))}
+    splits = {"train": load_letor(data.train, n_features=data.n_features)}
+    n_features = splits["train"].n_features
+    for name in ("valid", "test"):
+        path = getattr(data, name)
+        if path is not None:
+            # The training split fixes the feature count (sparse files may stop earlier).
+            splits[name] = load_letor(path, n_features=n_features)
+    return splits
+
+
+def build_transform(config: Config) -> Any | None:
+    """An unfitted transform pipeline from ``config.transforms`` (None when empty)."""
+    if not config.transforms:
+        return None
+    from smoothrank.data import transforms as T
+
+    steps = []
+    for spec in config.transforms:
+        if spec.name == "standardize":
+            steps.append(T.Standardize())
+        elif spec.name == "signed_log1p":
+            steps.append(T.SignedLog1p(features=spec.features))
+        else:
+            steps.append(T.QueryMinMax())
+    return T.Compose(steps)
+
+
+def build_loss(config: Config) -> Callable[..., Tensor]:
+    """The registry loss ``config.loss.name`` with ``config.loss.options`` (checked up front)."""
+    from smoothrank import losses
+
+    name, options = config.loss.name, dict(config.loss.options)
+    available = losses.available()
+    if name not in available:
+        raise ConfigError(f"loss.name: unknown loss {name!r}; available: {', '.join(sorted(available))}")
+    known = losses.options(name)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(f"loss.options: unknown option(s) {unknown} for loss {name!r}; "
+                          f"it takes {sorted(known)}")
+    try:
+        return losses.get(name, **options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"loss.options: {err}") from None
+
+
+def _device(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"training.device: unknown device {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"training.device: {name!r} requested but CUDA is not available")
+    return device
+
+
+def _build_optimizer(config: Config, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    spec = config.optimizer
+    if spec.name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=spec.momentum,
+                               weight_decay=spec.weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=spec.weight_decay)
+
+
+@torch.no_grad()
+def _scored_batches(model: nn.Module, dataset: Any, *, batch_size: int) -> Iterable[tuple[Any, Tensor]]:
+    from smoothrank.data import evaluation_batches
+
+    was_training = model.training
+    model.eval()  # dropout off, batch norm running statistics (PITFALLS 16)
+    try:
+        for batch in evaluation_batches(dataset, batch_size=batch_size):
+            device = next(model.parameters()).device
+            scores = model(batch.features.to(device), batch.mask.to(device))
+            yield batch, scores.cpu()
+    finally:
+        model.train(was_training)
+
+
+def predict_scores(model: nn.Module, dataset: Any, *, batch_size: int = 256) -> np.ndarray:
+    """One float64 score per dataset row (row order of ``dataset``)."""
+    scores = np.full(dataset.n_docs, np.nan, dtype=np.float64)
+    for batch, batch_scores in _scored_batches(model, dataset, batch_size=batch_size):
+        rows = batch.rows.numpy()
+        real = rows >= 0
+        scores[rows[real]] = batch_scores.double().numpy()[real]
+    if np.isnan(scores).any():
+        raise TrainingError("the model produced NaN scores (or evaluation_batches skipped rows)")
+    return scores
+
+
+def evaluate_model(model: nn.Module, dataset: Any, *, metrics: list[str] | tuple[str, ...],
+                   convention: str = "letor4", batch_size: int = 256) -> dict[str, float]:
+    """Mean of each metric over the queries of ``dataset`` (:func:`smoothrank.metrics.evaluate`)."""
+    from smoothrank.metrics import evaluate, mean_metrics
+
+    per_query = {name: torch.full((dataset.n_queries,), math.nan, dtype=torch.float64) for name in metrics}
+    for batch, scores in _scored_batches(model, dataset, batch_size=batch_size):
+        values = evaluate(scores, batch.labels, mask=batch.mask, metrics=tuple(metrics),
+                          convention=convention)
+        for name in metrics:
+            per_query[name][batch.query_index] = torch.as_tensor(values[name]).double().cpu()
+    return {name: float(value) for name, value in mean_metrics(per_query).items()}
+
+
+# --- the loop ----------------------------------------------------------------------------------
+
+class _Progress:
+    """tqdm over training steps on stderr (live loss, last validation metric); silent when quiet or
+    when stderr is not a terminal."""
+
+    def __init__(self, epochs: int, start_epoch: int, steps_per_epoch: int, *, quiet: bool, desc: str,
+                 metric: str) -> None:
+        self.bar = None
+        self.postfix: dict[str, str] = {}
+        self.metric = metric
+        if not quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch, desc=desc,
+                            unit="step", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def step(self, epoch: int, running_loss: float) -> None:
+        if self.bar is not None:
+            self.postfix.update(epoch=str(epoch), loss=f"{running_loss:.4f}")
+            self.bar.set_postfix(self.postfix, refresh=False)
+            self.bar.update(1)
+
+    def epoch_done(self, row: Mapping[str, Any]) -> None:
+        value = row.get(f"valid_{self.metric}")
+        if self.bar is not None and value is not None:
+            self.postfix[f"valid_{self.metric}"] = f"{value:.4f}"
+            self.bar.set_postfix(self.postfix)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
+    atomic_write_text(run_dir / METRICS_LOG, "".join(json.dumps(row) + "\n" for row in history))
+
+
+def _comparable(config: Config) -> dict[str, Any]:
+    # Where the run lives and whether it is logged to TensorBoard do not change the model.
+    dumped = config.model_dump(mode="json")
+    dumped.pop("output")
+    dumped["training"].pop("num_threads")
+    dumped["training"].pop("device")  # resuming elsewhere is allowed (bit-identity only on one device)
+    return dumped
+
+
+def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = False, quiet: bool = False,
+          splits: Mapping[str, Any] | None = None, loss_fn: Callable[..., Tensor] | None = None,
+          stop_after_epoch: int | None = None,
+          on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train ``config`` end to end; see the module docstring for the run directory.
+
+    Parameters
+    ----------
+    config : Config
+    run_dir : path, optional
+        Defaults to ``config.output.run_dir``.
+    resume : bool
+        Continue from ``run_dir/checkpoint.pt`` (the config must match the saved one).
+    splits : mapping, optional
+        Pre-loaded datasets ``{"train", "valid"?, "test"?}`` instead of ``config.data``.
+    loss_fn : callable, optional
+        Overrides the registry loss (``fn(scores, labels, *, mask) -> Tensor``).
+    stop_after_epoch : int, optional
+        Return right after the checkpoint of this (1-based) epoch: an injected interruption.
+    on_epoch : callable, optional
+        Called with each epoch's log row (the demo's progress lines).
+    """
+    run_path = Path(run_dir if run_dir is not None else config.output.run_dir)
+    # Everything that can be checked is checked before the run directory is touched.
+    loss = loss_fn if loss_fn is not None else build_loss(config)
+    writer_cls = None
+    if config.output.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter as writer_cls
+        except ImportError:
+            raise ConfigError("output.tensorboard: TensorBoard is not installed "
+                              "(pip install tensorboard)") from None
+    checkpoint_path = run_path / CHECKPOINT
+    state = None
+    if resume:
+        if not checkpoint_path.is_file():
+            raise ConfigError(f"--resume: no checkpoint in {run_path}")
+        state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        if state.get("config") != _comparable(config):
+            raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path}")
+        # A run killed while writing leaves a hidden temporary file; the previous file is intact.
+        for stale_tmp in run_path.glob(".*.tmp"):
+            stale_tmp.unlink()
+    elif checkpoint_path.exists():
+        raise ConfigError(f"{run_path} already holds a run; pass --resume to continue it or choose another "
+                          "output.run_dir")
+    device = _device(config.training.device)
+    if splits is None:
+        splits = load_splits(config)
+    splits = dict(splits)
+    if "train" not in splits:
+        raise ConfigError("data: a training split is required")
+    n_features = splits["train"].n_features
+    for name, dataset in splits.items():
+        if dataset.n_features != n_features:
+            raise ConfigError(f"data.{name}: {dataset.n_features} features, but the training split "
+                              f"has {n_features}")
+
+    transform = build_transform(config)
+    if transform is not None:
+        transform.fit(splits["train"])
+        splits = {name: transform.transform(dataset) for name, dataset in splits.items()}
+    train_set, valid_set, test_set = splits["train"], splits.get("valid"), splits.get("test")
+
+    previous_threads = torch.get_num_threads()
+    previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    if config.training.num_threads is not None:
+        torch.set_num_threads(config.training.num_threads)
+    if config.training.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        torch.manual_seed(config.seed)
+        model = build_model(config.model, n_features).to(device)
+        schedule = build_schedule(config.schedule, config.optimizer.lr)
+        optimizer = _build_optimizer(config, model, config.optimizer.lr)
+        history: list[dict[str, Any]] = []
+        best_state = copy.deepcopy(model.state_dict())
+        best_value, best_epoch, stale, start_epoch, stopped = -math.inf, 0, 0, 0, False
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["schedule"])
+            best_state, best_value, best_epoch = state["best_state"], state["best_value"], state["best_epoch"]
+            stale, start_epoch, stopped = state["stale"], state["epoch"], state["stopped"]
+            history = state["history"]
+        else:
+            run_path.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(run_path / CONFIG_FILE, dump_config(config))
+        writer = writer_cls(str(run_path / "tensorboard")) if writer_cls is not None else None
+
+        from smoothrank.data import training_batches
+
+        select = config.evaluation.select_by
+        epochs = config.training.epochs
+        steps = math.ceil(train_set.n_queries / config.training.batch_size)
+        progress = _Progress(epochs, start_epoch, steps, quiet=quiet, desc=config.loss.name, metric=select)
+        try:
+            for epoch in range(start_epoch, epochs):
+                if stopped:
+                    break
+                started = time.perf_counter()
+                torch_seed, data_seed = _epoch_seeds(config.seed, epoch)
+                torch.manual_seed(torch_seed)
+                lr = optimizer.param_groups[0]["lr"]
+                model.train()
+                total, count = 0.0, 0
+                for step, batch in enumerate(training_batches(
+                        train_set, list_size=config.training.list_size, batch_size=config.training.batch_size,
+                        shuffle=True, seed_or_generator=data_seed, sampling=config.training.sampling)):
+                    mask = batch.mask.to(device)
+                    value = loss(model(batch.features.to(device), mask), batch.labels.to(device), mask=mask)
+                    if not torch.isfinite(value):
+                        raise TrainingError(f"the loss {config.loss.name!r} became {value.item()} at epoch "
+                                            f"{epoch + 1}, step {step + 1}; try a smaller optimizer.lr or "
+                                            "training.grad_clip")
+                    optimizer.zero_grad(set_to_none=True)
+                    value.backward()
+                    if config.training.grad_clip is not None:
+                        nn.utils.clip_grad_norm_(model.parameters(), config.training.grad_clip)
+                    optimizer.step()
+                    total += float(value.detach())
+                    count += 1
+                    progress.step(epoch + 1, total / count)
+                row: dict[str, Any] = {"epoch": epoch + 1, "lr": lr, "loss": total / max(count, 1)}
+                train_metric = None
+                if schedule.needs_train_metric:
+                    train_metric = evaluate_model(model, train_set, metrics=[config.schedule.metric],
+                                                  convention=config.evaluation.convention,
+                                                  batch_size=config.evaluation.batch_size)[config.schedule.metric]
+                    row[f"train_{config.schedule.metric}"] = train_metric
+                if valid_set is not None:
+                    valid = evaluate_model(model, valid_set, metrics=config.evaluation.metrics,
+                                           convention=config.evaluation.convention,
+                                           batch_size=config.evaluation.batch_size)
+                    row.update({f"valid_{k}": v for k, v in valid.items()})
+                    current = valid[select]
+                else:
+                    current = math.nan  # no validation split: no selection, the last epoch is kept
+                # The first epoch is always a candidate, so a NaN metric (every query skipped by the
+                # convention) cannot leave the untrained initial weights selected.
+                if valid_set is None or best_epoch == 0 or current > best_value:
+                    best_value, best_epoch, stale = current, epoch + 1, 0
+                    best_state = copy.deepcopy(model.state_dict())
+                else:
+                    stale += 1
+                action = schedule.step(epoch, train_metric)
+                set_lr(optimizer, action.lr)
+                if action.reinitialize:
+                    reinitialize(model)
+                    optimizer = _build_optimizer(config, model, action.lr)  # fresh moments for fresh weights
+                row["reinitialized"] = action.reinitialize
+                row["best_epoch"] = best_epoch
+                row["seconds"] = round(time.perf_counter() - started, 3)
+                patience = config.training.early_stopping_patience
+                stopped = valid_set is not None and patience is not None and stale >= patience
+                row["early_stopped"] = stopped
+                history.append(row)
+                _write_log(run_path, history)
+                atomic_torch_save(checkpoint_path, {
+                    "epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(), "best_state": best_state, "best_value": best_value,
+                    "best_epoch": best_epoch, "stale": stale, "stopped": stopped, "history": history,
+                    "config": _comparable(config), "version": __version__,
+                })
+                if writer is not None:
+                    for key, val in row.items():
+                        if isinstance(val, float):
+                            writer.add_scalar(key, val, epoch + 1)
+                progress.epoch_done(row)
+                if on_epoch is not None:
+                    on_epoch(row)
+                if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < epochs:
+                    return TrainResult(model=model, best_epoch=best_epoch, best_value=best_value,
+                                       history=history, run_dir=run_path)
+        finally:
+            progress.close()
+            if writer is not None:
+                writer.close()
+
+        model.load_state_dict(best_state)
+        model.eval()
+        metric_names = config.evaluation.metrics
+        kwargs = {"metrics": metric_names, "convention": config.evaluation.convention,
+                  "batch_size": config.evaluation.batch_size}
+        valid_metrics = evaluate_model(model, valid_set, **kwargs) if valid_set is not None else {}
+        test_metrics = evaluate_model(model, test_set, **kwargs) if test_set is not None else {}
+        save_model(run_path / MODEL_FILE, model, config=config, n_features=n_features,
+                   transform_state=transform.state_dict() if transform is not None else None,
+                   metadata={"best_epoch": best_epoch, "valid": valid_metrics})
+        summary = {"best_epoch": best_epoch, "epochs_run": len(history), "selected_by": f"valid_{select}",
+                   "convention": config.evaluation.convention, "valid": valid_metrics, "test": test_metrics}
+        atomic_write_text(run_path / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        return TrainResult(model=model, best_epoch=best_epoch, best_value=best_value, history=history,
+                           valid_metrics=valid_metrics, test_metrics=test_metrics, run_dir=run_path)
+    finally:
+        torch.set_num_threads(previous_threads)
+        torch.use_deterministic_algorithms(previous_deterministic)

@@ -1,0 +1,197 @@
+"""End-to-end CLI: train, kill and resume, predict (line order), evaluate, losses; bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from smoothrank.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_slice(source: Path, target: Path, first: int, count: int) -> Path:
+    """Queries ``first .. first+count-1`` (in file order) of a gzip LETOR file, as plain text."""
+    kept, seen, last = [], -1, None
+    with gzip.open(source, "rt") as handle:
+        for line in handle:
+            qid = line.split()[1]
+            if qid != last:
+                seen, last = seen + 1, qid
+            if seen >= first + count:
+                break
+            if seen >= first:
+                kept.append(line)
+    target.write_text("".join(kept))
+    return target
+
+
+@pytest.fixture(scope="module")
+def letor(tmp_path_factory, shared_dir) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("cli-letor")
+    fold = shared_dir / "data" / "MQ2008" / "Fold1"
+    return {"train": write_slice(fold / "train.txt.gz", folder / "train.txt", 10, 30),
+            "valid": write_slice(fold / "vali.txt.gz", folder / "vali.txt", 0, 15),
+            "test": write_slice(fold / "test.txt.gz", folder / "test.txt", 0, 15)}
+
+
+def write_config(path: Path, letor: dict[str, Path], run_dir: Path, **extra) -> Path:
+    config = {
+        "seed": 1,
+        "data": {k: str(v) for k, v in letor.items()},
+        "transforms": [],
+        "model": {"kind": "mlp", "hidden": [8]},
+        "loss": {"name": "neural_ndcg"},
+        "optimizer": {"lr": 0.01},
+        "training": {"epochs": 4, "batch_size": 8, "list_size": 16, "num_threads": 1},
+        "evaluation": {"metrics": ["ndcg@5", "ndcg@10", "map"]},
+        "output": {"run_dir": str(run_dir)},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _history(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+def test_train_kill_resume_predict_evaluate(letor, tmp_path, capsys):
+    config = write_config(tmp_path / "c.yaml", letor, tmp_path / "unused")
+    full = tmp_path / "full"
+    assert main(["train", str(config), "--quiet", "--run-dir", str(full)]) == 0
+
+    # A real SIGKILL in the middle of writing epoch 3's checkpoint (half of the bytes written).
+    killed = tmp_path / "killed"
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        import smoothrank.training._io as io
+        original, calls = io.atomic_write_bytes, []
+        def dying(path, data):
+            if str(path).endswith("checkpoint.pt"):
+                calls.append(path)
+                if len(calls) == 3:
+                    with open(os.path.join(os.path.dirname(path), ".checkpoint.pt.partial.tmp"), "wb") as f:
+                        f.write(data[: len(data) // 2])
+                    os.kill(os.getpid(), signal.SIGKILL)
+            original(path, data)
+        io.atomic_write_bytes = dying
+        from smoothrank.cli import main
+        sys.exit(main(["train", {str(config)!r}, "--quiet", "--run-dir", {str(killed)!r}]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    assert not (killed / "model.pt").exists()
+    assert torch.load(killed / "checkpoint.pt", weights_only=True)["epoch"] == 2
+    assert main(["train", str(config), "--quiet", "--run-dir", str(killed), "--resume"]) == 0
+    assert _history(killed) == _history(full)
+    a = torch.load(full / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(killed / "model.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    summaries = [json.loads((run / "summary.json").read_text()) for run in (killed, full)]
+    assert summaries[0] == summaries[1]
+    assert not [p.name for p in killed.iterdir() if p.name.endswith(".tmp")]  # stale temp files removed
+
+    # predict: one score per input line, in line order; checked against the model applied by hand.
+    out = tmp_path / "pred.txt"
+    assert main(["predict", str(full / "model.pt"), str(letor["test"]), "--out", str(out)]) == 0
+    predicted = np.loadtxt(out)
+    lines = letor["test"].read_text().splitlines()
+    assert predicted.shape == (len(lines),)
+    features = np.zeros((len(lines), 46), dtype=np.float32)
+    for i, line in enumerate(lines):
+        for token in line.split("#")[0].split()[2:]:
+            index, value = token.split(":")
+            features[i, int(index) - 1] = float(value)
+    from smoothrank.training.artifact import load_model
+
+    loaded = load_model(full / "model.pt")
+    assert loaded.transform_state is None
+    with torch.no_grad():
+        by_hand = loaded.model(torch.from_numpy(features)[None]).double().numpy()[0]
+    np.testing.assert_allclose(predicted, by_hand, rtol=1e-4, atol=1e-4)
+
+    # TREC run output.
+    run_file = tmp_path / "run.trec"
+    assert main(["predict", str(full / "model.pt"), str(letor["test"]), "--out", str(run_file),
+                 "--format", "trec"]) == 0
+    assert len(run_file.read_text().splitlines()) == len(lines)
+
+    # evaluate (engineer A's command) reads the prediction file and agrees with the training summary.
+    capsys.readouterr()
+    status = main(["evaluate", "--data", str(letor["test"]), "--predictions", str(out),
+                   "--metrics", "ndcg@5,ndcg@10,map", "--convention", "letor4", "--format", "json"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    reported = json.loads(captured.out)["metrics"]
+    assert reported == pytest.approx(summaries[1]["test"], abs=1e-6)
+
+
+def test_overrides_and_losses_listing(letor, tmp_path, capsys):
+    config = write_config(tmp_path / "c.yaml", letor, tmp_path / "run")
+    overrides = ["training.epochs=2", "model={kind: linear}", "loss.name=list_net"]
+    assert main(["train", str(config), *overrides]) == 0
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["training"]["epochs"] == 2 and saved["model"] == {"kind": "linear"}
+    out = capsys.readouterr().out
+    assert "letor4 convention" in out and "model:" in out
+    assert main(["losses"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("neural_ndcg", "lambda_rank", "list_net", "approx_ndcg"):
+        assert f"{name}:" in listing
+
+
+@pytest.mark.parametrize("problem, expected", [
+    ({"optimizer": {"lr": "fast", "nesterov": True}}, ["optimizer.lr", "optimizer.nesterov: unknown key"]),
+    ({"training": {"epochs": 0}, "modle": {}}, ["training.epochs", "modle: unknown key"]),
+    ({"data": {"train": "/nonexistent/train.txt"}}, ["/nonexistent/train.txt"]),
+    ({"loss": {"name": "neural_ndcg", "options": {"temprature": 1}}}, ["temprature"]),
+])
+def test_bad_config_clear_error_and_nothing_written(letor, tmp_path, capsys, problem, expected):
+    config = yaml.safe_load(write_config(tmp_path / "c.yaml", letor, tmp_path / "run").read_text())
+    for key, value in problem.items():
+        config[key] = {**config.get(key, {}), **value}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    assert main(["train", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("smoothrank: error: ") and "Traceback" not in err
+    for text in expected:
+        assert text in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_files_and_feature_mismatch(letor, tmp_path, capsys):
+    assert main(["train", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+    config = write_config(tmp_path / "c.yaml", letor, tmp_path / "run", transforms=["standardize"])
+    assert main(["train", str(config), "training.epochs=1", "--quiet"]) == 0
+    model = tmp_path / "run" / "model.pt"
+    # Data with 50 features for a 46-feature model.
+    wide = tmp_path / "wide.txt"
+    wide.write_text("".join(line.split("#")[0].rstrip() + " 50:1.0\n"
+                            for line in letor["test"].read_text().splitlines()))
+    out = tmp_path / "pred.txt"
+    assert main(["predict", str(model), str(wide), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "50 features" in err and "46" in err and not out.exists()
+    assert main(["predict", str(tmp_path / "nope.pt"), str(letor["test"]), "--out", str(out)]) == 2
+    assert "nope.pt" in capsys.readouterr().err
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a model")
+    assert main(["predict", str(junk), str(letor["test"]), "--out", str(out)]) == 2
+    assert "not a smoothrank model" in capsys.readouterr().err
+    assert main(["predict", str(model), str(tmp_path / "nodata.txt"), "--out", str(out)]) == 2
+    assert "nodata.txt" in capsys.readouterr().err
+    assert not out.exists()

@@ -1,0 +1,123 @@
+"""Scoring models: shapes, padding anywhere, any list length, permutation equivariance, gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from smoothrank.errors import ConfigError
+from smoothrank.models import ContextAwareRanker, LinearScorer, MLPScorer, build_model, reinitialize
+from smoothrank.training.config import ContextAwareModelConfig, MLPModelConfig
+
+
+def _models(n_features: int = 5) -> list[torch.nn.Module]:
+    torch.manual_seed(0)
+    return [
+        LinearScorer(n_features),
+        MLPScorer(n_features, hidden=(8, 4), activation="tanh", norm="layer"),
+        MLPScorer(n_features, hidden=(6,), norm="batch"),
+        ContextAwareRanker(n_features, input_dim=8, n_blocks=2, n_heads=2, hidden=16, dropout=0.0,
+                           output_activation="tanh"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_padding_anywhere_does_not_change_real_scores(index):
+    model = _models()[index].double().eval()
+    torch.manual_seed(1)
+    real = torch.randn(1, 4, 5, dtype=torch.float64)
+    plain = model(real, torch.ones(1, 4, dtype=torch.bool))
+    # Same 4 real items with garbage padding at the front, in the middle and at the end.
+    padded = torch.randn(1, 7, 5, dtype=torch.float64) * 1e3
+    positions = torch.tensor([1, 2, 4, 6])
+    padded[0, positions] = real[0]
+    mask = torch.zeros(1, 7, dtype=torch.bool)
+    mask[0, positions] = True
+    out = model(padded, mask)
+    torch.testing.assert_close(out[0, positions], plain[0])
+    assert torch.all(out[0, ~mask[0]] == 0)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_any_list_length_and_permutation_equivariance(index):
+    model = _models()[index].double().eval()
+    for length in (1, 3, 240, 301):
+        x = torch.randn(2, length, 5, dtype=torch.float64)
+        scores = model(x, torch.ones(2, length, dtype=torch.bool))
+        assert scores.shape == (2, length) and torch.isfinite(scores).all()
+        perm = torch.randperm(length)
+        torch.testing.assert_close(model(x[:, perm], None), scores[:, perm])
+
+
+def test_context_aware_uses_the_list_context():
+    # Unlike a per-item scorer, an item's score depends on the other items of its list.
+    model = ContextAwareRanker(3, input_dim=8, hidden=16, dropout=0.0).double().eval()
+    x = torch.randn(1, 4, 3, dtype=torch.float64)
+    y = x.clone()
+    y[0, 3] += 5.0
+    assert not torch.allclose(model(x)[0, :3], model(y)[0, :3])
+
+
+def test_fully_padded_row_and_gradients_are_finite():
+    for model in _models():
+        model = model.double().train()
+        x = torch.randn(3, 6, 5, dtype=torch.float64, requires_grad=True)
+        mask = torch.ones(3, 6, dtype=torch.bool)
+        mask[1] = False  # a row with no real item
+        mask[2, :5] = False  # a row with one real item
+        scores = model(x, mask)
+        assert torch.isfinite(scores).all() and torch.all(scores[1] == 0)
+        scores.sum().backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        assert torch.all(x.grad[~mask] == 0)
+
+
+def test_gradcheck_float64():
+    torch.manual_seed(0)
+    model = ContextAwareRanker(3, input_dim=4, hidden=8, n_heads=2, dropout=0.0).double().eval()
+    x = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True, False, True, True], [True, True, True, True]])
+    assert torch.autograd.gradcheck(lambda inp: model(inp, mask), (x,))
+    mlp = MLPScorer(3, hidden=(5,), activation="tanh").double()
+    assert torch.autograd.gradcheck(lambda inp: mlp(inp, mask), (x,))
+
+
+def test_build_model_paper_defaults_and_no_mutation():
+    spec = ContextAwareModelConfig(kind="context_aware")
+    before = spec.model_dump()
+    model = build_model(spec, 46)
+    assert spec.model_dump() == before
+    assert isinstance(model, ContextAwareRanker)
+    layers = model.encoder.layers
+    assert len(layers) == 2 and layers[0].self_attn.num_heads == 1
+    assert layers[0].linear1.out_features == 384 and model.input[0].out_features == 96
+    assert isinstance(model.output[1], torch.nn.Tanh)
+    mlp = build_model(MLPModelConfig(kind="mlp", hidden=[3], activation="tanh"), 2)
+    assert sum(p.numel() for p in mlp.parameters()) == 2 * 3 + 3 + 3 + 1  # SoftRank's 2-layer net
+    assert isinstance(build_model({"kind": "linear"}, 4), LinearScorer)
+
+
+def test_bad_inputs_name_the_argument():
+    model = LinearScorer(5)
+    with pytest.raises(ValueError, match="model expects 5 features"):
+        model(torch.randn(1, 3, 4))
+    with pytest.raises(ValueError, match="mask"):
+        model(torch.randn(1, 3, 5), torch.ones(1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="features"):
+        model(torch.randn(3, 5))
+    with pytest.raises(ConfigError, match="divisible"):
+        ContextAwareRanker(5, input_dim=10, n_heads=3)
+    with pytest.raises(ConfigError, match=r"model\.kind"):
+        build_model({"kind": "forest"}, 3)
+
+
+def test_reinitialize_resets_every_parameter():
+    torch.manual_seed(0)
+    for model in _models():
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(10.0)
+        perturbed = {name: p.clone() for name, p in model.named_parameters()}
+        reinitialize(model)
+        for name, p in model.named_parameters():
+            assert not torch.equal(p, perturbed[name]), name

@@ -1,0 +1,275 @@
+"""The trainer on small real data (MQ2008 Fold1 slices): determinism, resume, selection, protocols."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from smoothrank.errors import ConfigError
+from smoothrank.training.artifact import load_model
+from smoothrank.training.config import config_from_dict
+from smoothrank.training.trainer import (
+    CHECKPOINT,
+    CONFIG_FILE,
+    METRICS_LOG,
+    MODEL_FILE,
+    SUMMARY_FILE,
+    TrainingError,
+    evaluate_model,
+    predict_scores,
+    train,
+)
+
+
+def write_slice(source: Path, target: Path, first: int, count: int) -> Path:
+    """Queries ``first .. first+count-1`` (in file order) of a gzip LETOR file, as plain text."""
+    kept, seen, last = [], -1, None
+    with gzip.open(source, "rt") as handle:
+        for line in handle:
+            qid = line.split()[1]
+            if qid != last:
+                seen, last = seen + 1, qid
+            if seen >= first + count:
+                break
+            if seen >= first:
+                kept.append(line)
+    target.write_text("".join(kept))
+    return target
+
+
+@pytest.fixture(scope="module")
+def small_letor(tmp_path_factory, shared_dir) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("letor")
+    fold = shared_dir / "data" / "MQ2008" / "Fold1"
+    return {"train": write_slice(fold / "train.txt.gz", folder / "train.txt", 0, 40),
+            "valid": write_slice(fold / "vali.txt.gz", folder / "vali.txt", 0, 20),
+            "test": write_slice(fold / "test.txt.gz", folder / "test.txt", 0, 20)}
+
+
+def make_config(small_letor, run_dir, **sections):
+    base = {
+        "seed": 3,
+        "data": {k: str(v) for k, v in small_letor.items()},
+        "model": {"kind": "mlp", "hidden": [8], "dropout": 0.1},
+        "loss": {"name": "list_net"},
+        "optimizer": {"lr": 0.01},
+        "training": {"epochs": 4, "batch_size": 8, "list_size": 16, "num_threads": 1},
+        "evaluation": {"metrics": ["ndcg@3", "ndcg@10", "map"], "select_by": "ndcg@10"},
+        "output": {"run_dir": str(run_dir)},
+    }
+    for key, value in sections.items():
+        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
+    return config_from_dict(base)
+
+
+def _strip_time(history):
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+def _weights_equal(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_run_directory_and_determinism(small_letor, tmp_path):
+    config = make_config(small_letor, tmp_path / "a")
+    first = train(config, quiet=True)
+    second = train(config, run_dir=tmp_path / "b", quiet=True)
+    assert _strip_time(first.history) == _strip_time(second.history)
+    assert _weights_equal(first.model.state_dict(), second.model.state_dict())
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted([CHECKPOINT, CONFIG_FILE, METRICS_LOG, MODEL_FILE, SUMMARY_FILE])
+    log = [json.loads(line) for line in (tmp_path / "a" / METRICS_LOG).read_text().splitlines()]
+    assert [row["epoch"] for row in log] == [1, 2, 3, 4] and all(math.isfinite(r["loss"]) for r in log)
+    # The saved config is the resolved one: loading it gives the same config.
+    from smoothrank.training.config import load_config
+
+    assert load_config(tmp_path / "a" / CONFIG_FILE) == config
+    # A different seed gives a different run.
+    other = train(make_config(small_letor, tmp_path / "c", seed=4), quiet=True)
+    assert not _weights_equal(first.model.state_dict(), other.model.state_dict())
+
+
+def test_selection_on_validation_and_artifact(small_letor, tmp_path):
+    config = make_config(small_letor, tmp_path / "run", transforms=["standardize"],
+                         training={"epochs": 5})
+    result = train(config, quiet=True)
+    valid = [row["valid_ndcg@10"] for row in result.history]
+    best = max(range(len(valid)), key=lambda i: (valid[i], -i))
+    assert result.best_epoch == best + 1 and result.best_value == valid[best]
+    assert not any(key.startswith("test") for row in result.history for key in row)  # never peeks at test
+    summary = json.loads((tmp_path / "run" / SUMMARY_FILE).read_text())
+    assert summary["best_epoch"] == best + 1 and summary["convention"] == "letor4"
+    # The artifact alone reproduces the selected model, transforms included.
+    loaded = load_model(tmp_path / "run" / MODEL_FILE)
+    from smoothrank.data import load_letor
+
+    test = load_letor(small_letor["test"], n_features=46)
+    assert loaded.n_features == 46 and loaded.transform_state is not None
+    from smoothrank.data.transforms import transform_from_state
+
+    direct = predict_scores(result.model, transform_from_state(loaded.transform_state).transform(test))
+    assert (loaded.score(test) == direct).all()
+    assert summary["valid"]["ndcg@10"] == pytest.approx(valid[best], abs=1e-12)
+
+
+def test_resume_after_injected_stop_matches_uninterrupted(small_letor, tmp_path):
+    config = make_config(small_letor, tmp_path / "full", schedule={"name": "step", "step_size": 2})
+    full = train(config, quiet=True)
+    partial = make_config(small_letor, tmp_path / "part", schedule={"name": "step", "step_size": 2})
+    train(partial, quiet=True, stop_after_epoch=2)
+    assert not (tmp_path / "part" / MODEL_FILE).exists()
+    with pytest.raises(ConfigError, match="--resume"):
+        train(partial, quiet=True)  # refuses to overwrite a run
+    resumed = train(partial, quiet=True, resume=True)
+    assert _strip_time(resumed.history) == _strip_time(full.history)
+    assert _weights_equal(resumed.model.state_dict(), full.model.state_dict())
+    assert resumed.test_metrics == full.test_metrics
+    # Resuming with a changed config is refused.
+    changed = make_config(small_letor, tmp_path / "part", optimizer={"lr": 0.5})
+    with pytest.raises(ConfigError, match="differs"):
+        train(changed, quiet=True, resume=True)
+
+
+def test_early_stopping_and_softrank_protocol(small_letor, tmp_path):
+    # A learning rate of 1e-12 leaves the model unchanged: no epoch after the first improves.
+    config = make_config(small_letor, tmp_path / "es", optimizer={"lr": 1e-12},
+                         model={"dropout": 0.0}, training={"epochs": 10, "early_stopping_patience": 2})
+    result = train(config, quiet=True)
+    assert len(result.history) == 3 and result.history[-1]["early_stopped"] and result.best_epoch == 1
+    config = make_config(small_letor, tmp_path / "sr", optimizer={"lr": 1e-12}, model={"dropout": 0.0},
+                         schedule={"name": "softrank", "factor": 0.5, "reinit_patience": 2},
+                         training={"epochs": 4, "sampling": "softrank"})
+    rows = train(config, quiet=True).history
+    assert [row["lr"] for row in rows] == pytest.approx([1e-12, 1e-12, 5e-13, 2.5e-13])
+    assert [row["reinitialized"] for row in rows] == [False, False, True, False]
+    assert all("train_ndcg@10" in row for row in rows)
+    # After re-initialisation the weights (hence the training metric) change.
+    assert rows[3]["train_ndcg@10"] != rows[2]["train_ndcg@10"]
+
+
+def test_nan_loss_is_a_clear_error(small_letor, tmp_path):
+    config = make_config(small_letor, tmp_path / "nan")
+
+    def broken(scores, labels, *, mask=None):
+        return (scores * float("nan")).sum()
+
+    with pytest.raises(TrainingError, match="epoch 1, step 1"):
+        train(config, quiet=True, loss_fn=broken)
+
+
+def test_bad_loss_options_fail_before_anything_is_written(small_letor, tmp_path):
+    with pytest.raises(ConfigError, match="bogus"):
+        make_config(small_letor, tmp_path / "bad", loss={"name": "list_net", "options": {"bogus": 1}})
+    with pytest.raises(ConfigError, match="no_such_loss"):
+        make_config(small_letor, tmp_path / "bad", loss={"name": "no_such_loss"})
+    # A Config built without config_from_dict is still checked by the trainer before any write.
+    from smoothrank.training.config import Config
+
+    config = make_config(small_letor, tmp_path / "bad")
+    unchecked = Config.model_validate({**config.model_dump(), "loss": {"name": "list_net",
+                                                                       "options": {"bogus": 1}}})
+    with pytest.raises(ConfigError, match="bogus"):
+        train(unchecked, quiet=True)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_evaluate_model_matches_metrics_on_full_lists(small_letor):
+    from smoothrank.data import load_letor
+    from smoothrank.metrics import evaluate, mean_metrics, pad_groups
+
+    dataset = load_letor(small_letor["valid"])
+    torch.manual_seed(0)
+    from smoothrank.models import MLPScorer
+
+    model = MLPScorer(dataset.n_features, hidden=(4,), dropout=0.5).train()
+    scores = predict_scores(model, dataset, batch_size=3)
+    # Dropout is off while scoring (PITFALLS 16), and the model's mode is restored.
+    assert (predict_scores(model, dataset, batch_size=3) == scores).all() and model.training
+    padded_scores, mask = pad_groups(scores, dataset.offsets)
+    padded_labels, _ = pad_groups(dataset.labels.astype("float64"), dataset.offsets)
+    expected = mean_metrics(evaluate(padded_scores, padded_labels, mask=mask, metrics=("ndcg@10", "map")))
+    got = evaluate_model(model, dataset, metrics=["ndcg@10", "map"], batch_size=3)
+    assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_progress_bar_only_on_a_terminal(small_letor, tmp_path, monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    train(make_config(small_letor, tmp_path / "tty", training={"epochs": 2}), quiet=False)
+    shown = terminal.getvalue()
+    assert "loss=" in shown and "valid_ndcg@10=" in shown and "epoch=2" in shown
+    quiet = Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    train(make_config(small_letor, tmp_path / "quiet", training={"epochs": 2}), quiet=True)
+    assert quiet.getvalue() == ""
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    train(make_config(small_letor, tmp_path / "piped", training={"epochs": 2}), quiet=False)
+    assert piped.getvalue() == ""
+
+
+def _distance(a, b):
+    pairs = zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    return torch.sqrt(sum(((x - y) ** 2).sum() for x, y in pairs))
+
+
+def test_gradient_clipping_bounds_the_sgd_step(small_letor, tmp_path):
+    from smoothrank.models import build_model
+
+    # One SGD step (batch larger than the 40 training queries) with lr 1: the step is the clipped gradient.
+    config = make_config(small_letor, tmp_path / "clip", optimizer={"name": "sgd", "lr": 1.0},
+                         model={"dropout": 0.0}, training={"epochs": 1, "batch_size": 64, "grad_clip": 1e-3},
+                         evaluation={"metrics": ["ndcg@10"], "select_by": "ndcg@10"})
+    trained = train(config, quiet=True).model
+    torch.manual_seed(config.seed)
+    initial = build_model(config.model, 46)
+    step = _distance(trained, initial)
+    assert 0 < float(step) <= 1e-3 * (1 + 1e-4)
+    unclipped = train(make_config(small_letor, tmp_path / "noclip", optimizer={"name": "sgd", "lr": 1.0},
+                                  model={"dropout": 0.0}, training={"epochs": 1, "batch_size": 64}),
+                      quiet=True).model
+    step = _distance(unclipped, initial)
+    assert float(step) > 1e-2
+
+
+def test_tensorboard_is_optional(small_letor, tmp_path):
+    config = make_config(small_letor, tmp_path / "tb", output={"tensorboard": True}, training={"epochs": 1})
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="tensorboard"):
+            train(config, quiet=True)
+        assert not (tmp_path / "tb").exists()
+    else:
+        train(config, quiet=True)
+        assert any((tmp_path / "tb" / "tensorboard").iterdir())
+
+
+def test_bad_device_is_a_config_error(small_letor, tmp_path):
+    with pytest.raises(ConfigError, match=r"training\.device"):
+        train(make_config(small_letor, tmp_path / "dev", training={"device": "warp9"}), quiet=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            train(make_config(small_letor, tmp_path / "dev", training={"device": "cuda"}), quiet=True)
+    assert not (tmp_path / "dev").exists()
+
+
+def test_without_validation_the_last_epoch_is_kept(small_letor, tmp_path):
+    letor = {"train": small_letor["train"], "test": small_letor["test"]}
+    config = make_config(letor, tmp_path / "noval", training={"epochs": 3, "early_stopping_patience": 1})
+    result = train(config, quiet=True)
+    assert result.best_epoch == 3 and len(result.history) == 3 and result.valid_metrics == {}
+    assert set(result.test_metrics) == {"ndcg@3", "ndcg@10", "map"}
+    assert not any(key.startswith("valid") for row in result.history for key in row)

@@ -1,0 +1,103 @@
+"""Configuration validation, overrides, YAML/TOML, and the learning-rate protocols."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from smoothrank.errors import ConfigError
+from smoothrank.training.config import apply_overrides, config_from_dict, dump_config, load_config
+from smoothrank.training.schedules import SoftRankProtocol, StepDecay
+
+MINIMAL = {"data": {"train": "train.txt"}}
+
+
+def test_defaults_and_round_trip(tmp_path):
+    config = config_from_dict(MINIMAL)
+    assert config.optimizer.name == "adam" and config.optimizer.lr == 1e-3
+    assert config.evaluation.convention == "letor4" and config.model.kind == "mlp"
+    text = dump_config(config)
+    again = config_from_dict(yaml.safe_load(text))
+    assert again == config
+
+
+def test_yaml_and_toml_give_the_same_config(tmp_path):
+    (tmp_path / "c.yaml").write_text("data:\n  train: t.txt\nmodel:\n  kind: context_aware\n  n_blocks: 3\n")
+    (tmp_path / "c.toml").write_text('[data]\ntrain = "t.txt"\n'
+                                     '[model]\nkind = "context_aware"\nn_blocks = 3\n')
+    assert load_config(tmp_path / "c.yaml") == load_config(tmp_path / "c.toml")
+    assert load_config(tmp_path / "c.yaml").model.hidden == 384  # the paper's default
+
+
+def test_overrides_are_dotted_and_typed():
+    config = load_config(None, ["data.train=x.txt", "optimizer.lr=0.0005", "model.hidden=[32, 16]",
+                                "training.grad_clip=1", "loss.options.temperature=0.5"])
+    assert config.optimizer.lr == 0.0005 and config.model.hidden == [32, 16]
+    assert config.training.grad_clip == 1.0 and config.loss.options == {"temperature": 0.5}
+    data = {"a": {"b": 1}}
+    assert apply_overrides(data, ["a.c=2"]) == {"a": {"b": 1, "c": 2}} and data == {"a": {"b": 1}}
+    with pytest.raises(ConfigError, match=r"KEY\.SUB=VALUE"):
+        apply_overrides({}, ["novalue"])
+
+
+def test_every_problem_is_listed_in_one_message():
+    bad = {"data": {"train": "t.txt", "trian": "x"}, "optimizer": {"lr": "fast", "name": "adamw"},
+           "model": {"kind": "mlp", "hidden": [0], "widht": 3}, "epochs": 3, "training": {"batch_size": -1},
+           "loss": {"name": "neural_ndcg", "options": {"temprature": 1.0}}}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(bad, source="my.yaml")
+    message = str(info.value)
+    assert message.startswith("my.yaml: ")
+    for expected in ("data.trian: unknown key", "optimizer.lr", "optimizer.name", "model.hidden.0",
+                     "model.widht: unknown key", "epochs: unknown key", "training.batch_size",
+                     "loss.options: unknown option(s) temprature"):
+        assert expected in message, expected
+    assert "'fast'" in message
+
+
+def test_semantic_checks():
+    with pytest.raises(ConfigError, match=r"data\.train .*data\.mq2008_fold"):
+        config_from_dict({"data": {}})
+    with pytest.raises(ConfigError, match="exclusive"):
+        config_from_dict({"data": {"train": "a", "mq2008_fold": 1}})
+    with pytest.raises(ConfigError, match="select_by"):
+        config_from_dict({**MINIMAL, "evaluation": {"metrics": ["map"], "select_by": "ndcg@10"}})
+    with pytest.raises(ConfigError, match="model"):
+        config_from_dict({**MINIMAL, "model": {"kind": "forest"}})
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("data: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(tmp_path / "list.yaml")
+
+
+def test_step_decay_is_the_neuralndcg_protocol():
+    schedule = StepDecay(1e-3, step_size=50, gamma=0.1)
+    lrs = [1e-3] + [schedule.step(epoch).lr for epoch in range(100)]  # lr used by epochs 1..101
+    assert all(math.isclose(lr, 1e-3) for lr in lrs[:50])
+    assert all(math.isclose(lr, 1e-4) for lr in lrs[50:100])
+
+
+def test_softrank_protocol_decays_and_reinitialises():
+    schedule = SoftRankProtocol(1.0, factor=0.8, reinit_patience=3)
+    actions = [schedule.step(e, m) for e, m in enumerate([0.5, 0.6, 0.6, 0.55, 0.7, 0.6, 0.6, 0.6, 0.1])]
+    lrs = [a.lr for a in actions]
+    assert lrs[:2] == [1.0, 1.0]
+    assert math.isclose(lrs[2], 0.8) and math.isclose(lrs[3], 0.64) and math.isclose(lrs[4], 0.64)
+    assert [a.reinitialize for a in actions] == [False] * 7 + [True, False]
+    # After re-initialisation the tracking starts afresh: 0.1 counts as an improvement.
+    assert math.isclose(lrs[8], lrs[7])
+    state = schedule.state_dict()
+    other = SoftRankProtocol(1.0)
+    other.load_state_dict(state)
+    assert other.state_dict() == state
+    with pytest.raises(ValueError, match="training metric"):
+        SoftRankProtocol(1.0).step(0, None)
