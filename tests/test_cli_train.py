@@ -129,7 +129,7 @@ def test_train_kill_resume_predict_evaluate(letor, tmp_path, capsys):
                  "--format", "trec"]) == 0
     assert len(run_file.read_text().splitlines()) == len(lines)
 
-    # evaluate (engineer A's command) reads the prediction file and agrees with the training summary.
+    # evaluate reads the prediction file and agrees with the training summary.
     capsys.readouterr()
     status = main(["evaluate", "--data", str(letor["test"]), "--predictions", str(out),
                    "--metrics", "ndcg@5,ndcg@10,map", "--convention", "letor4", "--format", "json"])

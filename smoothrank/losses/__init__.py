@@ -9,7 +9,7 @@ gradient and are left out of ``reduction="mean"``.
 Registry: :func:`get`, :func:`available`, :func:`register`, :func:`options`.
 """
 
-from smoothrank.losses import softrank as softrank  # registers soft_ndcg (engineer D)
+from smoothrank.losses import softrank as softrank  # registers soft_ndcg
 from smoothrank.losses._registry import available, get, options, register
 from smoothrank.losses.listwise import approx_ndcg, list_mle, list_net
 from smoothrank.losses.neural import neural_ndcg, neural_ndcg_transposed
