@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
@@ -14,26 +13,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import write_slice
 
 from smoothrank.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-def write_slice(source: Path, target: Path, first: int, count: int) -> Path:
-    """Queries ``first .. first+count-1`` (in file order) of a gzip LETOR file, as plain text."""
-    kept, seen, last = [], -1, None
-    with gzip.open(source, "rt") as handle:
-        for line in handle:
-            qid = line.split()[1]
-            if qid != last:
-                seen, last = seen + 1, qid
-            if seen >= first + count:
-                break
-            if seen >= first:
-                kept.append(line)
-    target.write_text("".join(kept))
-    return target
 
 
 @pytest.fixture(scope="module")

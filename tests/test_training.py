@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_slice
 
 from smoothrank.errors import ConfigError
 from smoothrank.training.artifact import load_model
@@ -24,22 +24,6 @@ from smoothrank.training.trainer import (
     predict_scores,
     train,
 )
-
-
-def write_slice(source: Path, target: Path, first: int, count: int) -> Path:
-    """Queries ``first .. first+count-1`` (in file order) of a gzip LETOR file, as plain text."""
-    kept, seen, last = [], -1, None
-    with gzip.open(source, "rt") as handle:
-        for line in handle:
-            qid = line.split()[1]
-            if qid != last:
-                seen, last = seen + 1, qid
-            if seen >= first + count:
-                break
-            if seen >= first:
-                kept.append(line)
-    target.write_text("".join(kept))
-    return target
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,66 @@
+"""``smoothrank experiment SPEC``: run an experiment grid and write its summaries.
+
+Finished runs (``OUT/runs/<run id>/result.json``) are skipped, so an interrupted experiment is
+continued by running the same command again.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from smoothrank.cli import CLIError
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "experiment", help="run an experiment grid (folds x losses x models x GBDT baselines)",
+        description="Run every unfinished run of an experiment spec (YAML), then write summary.md, "
+                    "summary.csv and summary.json. See docs/EXPERIMENTS.md.")
+    parser.add_argument("spec", help="experiment spec (YAML), e.g. experiments/mq2008.yaml")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: runs/experiments/<spec name>)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="runs in parallel, one process each (default 1)")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.set_defaults(func=run)
+
+
+def run(args: Any) -> int:
+    from smoothrank.experiments import expand, load_spec, run_experiment, write_reports
+    from smoothrank.experiments.runner import finished_result
+
+    if args.workers < 1:
+        raise CLIError(f"--workers: expected an integer >= 1, got {args.workers}")
+    spec = load_spec(args.spec)
+    out = Path(args.out) if args.out is not None else Path("runs") / "experiments" / spec.name
+    if args.dry_run:
+        for cell in expand(spec):
+            state = "finished" if finished_result(cell, out) is not None else "to run"
+            print(f"{cell.run_id}\t{state}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.spec, out / ".spec.yaml.tmp")
+    (out / ".spec.yaml.tmp").replace(out / "spec.yaml")
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    outcome = run_experiment(spec, out, workers=args.workers, log=log)
+    command = "smoothrank experiment " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
+        if len(sys.argv) > 2 and sys.argv[1] == "experiment" else None
+    write_reports(outcome.results, out, metrics=spec.metrics, title=f"Experiment {spec.name}",
+                  convention=spec.convention, baseline=spec.baseline, alpha=spec.alpha, command=command)
+    print(f"{len(outcome.ran)} run(s) done, {len(outcome.skipped)} skipped (finished before); "
+          f"summary: {out / 'summary.md'}")
+    if outcome.failed:
+        print(f"{len(outcome.failed)} run(s) failed (run the command again to retry them):", file=sys.stderr)
+        for run_id, message in outcome.failed.items():
+            print(f"  {run_id}: {message}", file=sys.stderr)
+        return 1
+    return 0

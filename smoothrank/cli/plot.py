@@ -1,0 +1,62 @@
+"""``smoothrank plot``: the papers' figures, training curves and experiment summaries as PNG files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from smoothrank.cli import CLIError
+
+
+def _temperatures(text: str) -> list[float]:
+    try:
+        values = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise CLIError(f"--temperatures: expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise CLIError(f"--temperatures: expected positive numbers, got {text!r}")
+    return values
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plot", help="draw a figure (PNG): figure1, figure2, softrank, curves RUN_DIR, summary SUMMARY.csv",
+        description="figure1/figure2: NeuralNDCG paper Figures 1 and 2; softrank: SoftRank Figures 2 and 3; "
+                    "curves RUN_DIR: loss and validation metrics per epoch of a training run; "
+                    "summary SUMMARY.csv: bar chart of an experiment summary.")
+    parser.add_argument("figure", choices=("figure1", "figure2", "softrank", "curves", "summary"))
+    parser.add_argument("source", nargs="?", default=None,
+                        help="RUN_DIR for curves, SUMMARY.csv for summary")
+    parser.add_argument("--out", required=True, help="output PNG file")
+    parser.add_argument("--temperature", type=float, default=1.0, help="figure1: NeuralNDCG temperature")
+    parser.add_argument("--temperatures", default="0.01,0.1,0.5,1,2", help="figure2: comma-separated")
+    parser.add_argument("--sigma", type=float, default=0.2, help="softrank: score standard deviation")
+    parser.add_argument("--dataset", default=None, help="summary: which dataset (default: the first)")
+    parser.add_argument("--split", default="test", choices=("test", "train", "valid"), help="summary: split")
+    parser.set_defaults(func=run)
+
+
+def run(args: Any) -> int:
+    from smoothrank import plots
+
+    needs_source = args.figure in ("curves", "summary")
+    if needs_source and args.source is None:
+        what = "run directory" if args.figure == "curves" else "summary.csv"
+        raise CLIError(f"plot {args.figure}: give the {what}")
+    if not needs_source and args.source is not None:
+        raise CLIError(f"plot {args.figure}: takes no source argument (got {args.source!r})")
+    if args.figure == "figure1":
+        if not args.temperature > 0:
+            raise CLIError(f"--temperature: expected a positive number, got {args.temperature}")
+        plots.neuralndcg_figure1(args.out, temperature=args.temperature)
+    elif args.figure == "figure2":
+        plots.neuralndcg_figure2(args.out, temperatures=_temperatures(args.temperatures))
+    elif args.figure == "softrank":
+        if not args.sigma > 0:
+            raise CLIError(f"--sigma: expected a positive number, got {args.sigma}")
+        plots.softrank_figure(args.out, sigma=args.sigma)
+    elif args.figure == "curves":
+        plots.training_curves(args.source, args.out)
+    else:
+        plots.summary_bars(args.source, args.out, dataset=args.dataset, split=args.split)
+    print(args.out)
+    return 0

@@ -1,0 +1,32 @@
+"""Experiments: a YAML grid of runs over folds, GBDT baselines, paired t-tests, reports.
+
+* :mod:`~smoothrank.experiments.spec`: :func:`load_spec` validates a spec, :func:`expand` lists its cells.
+* :mod:`~smoothrank.experiments.runner`: :func:`run_experiment` runs the unfinished cells.
+* :mod:`~smoothrank.experiments.gbdt`: LightGBM / XGBoost rankers on :class:`smoothrank.data.Dataset`.
+* :mod:`~smoothrank.experiments.stats`: :func:`paired_ttest`, :func:`mean_std`.
+* :mod:`~smoothrank.experiments.report`: :func:`write_reports` (Markdown, CSV, JSON).
+
+See ``docs/EXPERIMENTS.md``.
+"""
+
+from smoothrank.experiments.report import summarize, write_reports
+from smoothrank.experiments.runner import ExperimentOutcome, load_results, run_cell, run_experiment
+from smoothrank.experiments.spec import Cell, ExperimentSpec, expand, load_spec, spec_from_dict
+from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
+
+__all__ = [
+    "Cell",
+    "ExperimentOutcome",
+    "ExperimentSpec",
+    "TTest",
+    "expand",
+    "load_results",
+    "load_spec",
+    "mean_std",
+    "paired_ttest",
+    "run_cell",
+    "run_experiment",
+    "spec_from_dict",
+    "summarize",
+    "write_reports",
+]

@@ -1,0 +1,203 @@
+"""Gradient-boosted tree baselines (LightGBM, XGBoost) on the same :class:`~smoothrank.data.Dataset` folds.
+
+Objectives:
+
+* LightGBM ``lambdarank`` (Burges, "From RankNet to LambdaRank to LambdaMART", 2010) and
+  ``rank_xendcg`` (Bruch, "An alternative cross entropy loss for learning-to-rank", 2021);
+* XGBoost ``rank:pairwise`` (RankNet-style pairs) and ``rank:ndcg`` (LambdaMART).
+
+Both libraries are optional dependencies, imported only when a baseline runs. Queries are passed
+as group sizes (LightGBM, PITFALLS 19) or per-row query indices on rows kept contiguous
+(XGBoost, PITFALLS 20): a :class:`Dataset` keeps each query's rows in one block, so no
+re-sorting is needed and predictions come back in dataset row order.
+
+Early stopping watches the validation split only; the test split is never shown to the booster.
+By default it watches the library's own NDCG@``eval_at`` (LightGBM/XGBoost convention: exp2 gain,
+log2(1 + r) discount, an empty query scores 1); with ``select=`` (the experiment runner passes
+the spec's ``select_by`` under the spec's convention) it watches that function of the
+validation scores instead, so boosters and neural runs are selected by the same criterion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from smoothrank.errors import ConfigError, SmoothrankError
+
+__all__ = ["GBDT_OBJECTIVES", "GBDTResult", "check_gbdt", "fit_gbdt"]
+
+#: library -> objectives supported here.
+GBDT_OBJECTIVES: dict[str, tuple[str, ...]] = {
+    "lightgbm": ("lambdarank", "rank_xendcg"),
+    "xgboost": ("rank:pairwise", "rank:ndcg"),
+}
+
+# Parameters the harness sets itself: a user value would break the fold protocol.
+_RESERVED = {"objective", "metric", "eval_metric", "eval_at", "ndcg_eval_at", "seed", "random_state",
+             "early_stopping_round", "early_stopping_rounds", "num_iterations", "num_boost_round",
+             "n_estimators"}
+
+
+@dataclass
+class GBDTResult:
+    """A fitted booster and what model selection saw.
+
+    ``predict(dataset)`` gives one float64 score per row, in dataset row order, using the
+    iteration that was best on validation.
+    """
+
+    library: str
+    objective: str
+    booster: Any
+    best_iteration: int
+    rounds_run: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def predict(self, dataset: Any) -> np.ndarray:
+        features = np.ascontiguousarray(dataset.features, dtype=np.float32)
+        if self.library == "lightgbm":
+            out = self.booster.predict(features, num_iteration=self.best_iteration)
+        else:
+            import xgboost as xgb
+
+            out = self.booster.predict(xgb.DMatrix(features),
+                                       iteration_range=(0, self.best_iteration))
+        scores = np.asarray(out, dtype=np.float64).reshape(-1)
+        if scores.shape[0] != dataset.n_docs or not np.isfinite(scores).all():
+            raise SmoothrankError(f"{self.library} {self.objective}: non-finite or missing predictions")
+        return scores
+
+
+def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = None, *,
+               where: str = "gbdt") -> None:
+    """Raise :class:`ConfigError` (naming ``where``) for an unknown library/objective or reserved params."""
+    if library not in GBDT_OBJECTIVES:
+        raise ConfigError(f"{where}.library: expected one of {sorted(GBDT_OBJECTIVES)}, got {library!r}")
+    if objective not in GBDT_OBJECTIVES[library]:
+        raise ConfigError(f"{where}.objective: {library} objectives are {GBDT_OBJECTIVES[library]}, "
+                          f"got {objective!r}")
+    clash = sorted(set(params or {}) & _RESERVED)
+    if clash:
+        raise ConfigError(f"{where}.params: {clash} are set by the harness (use num_boost_round, "
+                          "early_stopping_rounds and eval_at instead)")
+
+
+def _import(library: str) -> Any:
+    try:
+        if library == "lightgbm":
+            import lightgbm
+
+            return lightgbm
+        import xgboost
+
+        return xgboost
+    except ImportError:
+        package = "lightgbm" if library == "lightgbm" else "xgboost-cpu"
+        raise SmoothrankError(f"the {library} baseline needs the optional dependency {library} "
+                              f"(pip install {package})") from None
+
+
+def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
+             params: Mapping[str, Any] | None = None, num_boost_round: int = 500,
+             early_stopping_rounds: int | None = 50, eval_at: int = 10, seed: int = 0,
+             num_threads: int = 1, select: Callable[[np.ndarray], float] | None = None,
+             select_name: str = "select") -> GBDTResult:
+    """Fit one GBDT ranker on ``train``, early-stopped on ``valid``'s NDCG@``eval_at``.
+
+    Parameters
+    ----------
+    train, valid : Dataset
+        ``valid=None`` trains all ``num_boost_round`` rounds (no selection).
+    library, objective : see :data:`GBDT_OBJECTIVES`
+    params : extra booster parameters (e.g. ``learning_rate``, ``num_leaves``, ``max_depth``)
+    num_boost_round, early_stopping_rounds, eval_at, seed, num_threads : int
+    select : callable, optional
+        ``select(valid_scores) -> float`` (higher is better; ``valid_scores`` in ``valid`` row
+        order) replaces the library's NDCG@``eval_at`` for early stopping; logged as ``select_name``.
+    """
+    check_gbdt(library, objective, params)
+    if num_boost_round < 1:
+        raise ConfigError(f"num_boost_round: expected >= 1, got {num_boost_round}")
+    if early_stopping_rounds is not None and early_stopping_rounds < 1:
+        raise ConfigError(f"early_stopping_rounds: expected >= 1 or null, got {early_stopping_rounds}")
+    module = _import(library)
+    fit = _fit_lightgbm if library == "lightgbm" else _fit_xgboost
+    return fit(module, train, valid, objective=objective, params=dict(params or {}),
+               num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
+               eval_at=eval_at, seed=seed, num_threads=num_threads, select=select,
+               select_name=select_name)
+
+
+def _fit_lightgbm(lgb: Any, train: Any, valid: Any | None, *, objective: str, params: dict[str, Any],
+                  num_boost_round: int, early_stopping_rounds: int | None, eval_at: int, seed: int,
+                  num_threads: int, select: Callable[[np.ndarray], float] | None,
+                  select_name: str) -> GBDTResult:
+    full = {"objective": objective, "metric": "ndcg", "eval_at": [eval_at], "seed": seed,
+            "deterministic": True, "num_threads": num_threads, "verbosity": -1, **params}
+    feval = None
+    key = f"ndcg@{eval_at}"
+    if select is not None:
+        full["metric"] = "None"  # only the custom criterion, so early stopping watches it
+
+        def feval(preds: np.ndarray, _data: Any) -> tuple[str, float, bool]:
+            return select_name, float(select(np.asarray(preds, dtype=np.float64))), True
+
+        key = select_name
+    # LightGBM's lambdarank rejects labels above its label_gain table (default 0..30); fine for LETOR.
+    train_set = lgb.Dataset(train.features, label=train.labels, group=train.list_sizes,
+                            free_raw_data=False)
+    evals: dict[str, Any] = {}
+    callbacks = [lgb.record_evaluation(evals)]
+    valid_sets, names = [], []
+    if valid is not None:
+        valid_sets.append(lgb.Dataset(valid.features, label=valid.labels, group=valid.list_sizes,
+                                      reference=train_set, free_raw_data=False))
+        names.append("valid")
+        if early_stopping_rounds is not None:
+            callbacks.append(lgb.early_stopping(early_stopping_rounds, first_metric_only=True, verbose=False))
+    booster = lgb.train(full, train_set, num_boost_round=num_boost_round, valid_sets=valid_sets,
+                        valid_names=names, callbacks=callbacks, feval=feval)
+    curve = evals.get("valid", {}).get(key, [])
+    history = [{"iteration": i + 1, f"valid_{key}": float(v)} for i, v in enumerate(curve)]
+    # After early stopping current_iteration() reports the best iteration, not the rounds run.
+    rounds = len(curve) if curve else booster.current_iteration()
+    best = booster.best_iteration if booster.best_iteration > 0 else rounds
+    return GBDTResult("lightgbm", objective, booster, int(best), int(rounds), history)
+
+
+def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, params: dict[str, Any],
+                 num_boost_round: int, early_stopping_rounds: int | None, eval_at: int, seed: int,
+                 num_threads: int, select: Callable[[np.ndarray], float] | None,
+                 select_name: str) -> GBDTResult:
+    full = {"objective": objective, "eval_metric": f"ndcg@{eval_at}", "seed": seed,
+            "nthread": num_threads, "tree_method": "hist", **params}
+    custom = None
+    key = f"ndcg@{eval_at}"
+    if select is not None:
+        del full["eval_metric"]
+        full["disable_default_eval_metric"] = 1
+
+        def custom(preds: np.ndarray, _data: Any) -> tuple[str, float]:
+            return select_name, float(select(np.asarray(preds, dtype=np.float64)))
+
+        key = select_name
+    # qid per row; rows of a query are contiguous and queries ascending, as XGBoost requires.
+    dtrain = xgb.DMatrix(train.features, label=train.labels, qid=train.query_of_row())
+    evals, evals_result = [], {}
+    if valid is not None:
+        evals.append((xgb.DMatrix(valid.features, label=valid.labels, qid=valid.query_of_row()), "valid"))
+    booster = xgb.train(full, dtrain, num_boost_round=num_boost_round, evals=evals,
+                        evals_result=evals_result, verbose_eval=False, custom_metric=custom,
+                        maximize=True if custom is not None else None,
+                        early_stopping_rounds=early_stopping_rounds if evals else None)
+    curve = evals_result.get("valid", {}).get(key, [])
+    history = [{"iteration": i + 1, f"valid_{key}": float(v)} for i, v in enumerate(curve)]
+    rounds = booster.num_boosted_rounds()
+    best_attr = booster.attributes().get("best_iteration")
+    # XGBoost's best_iteration is 0-based; iteration_range's end is exclusive.
+    best = int(best_attr) + 1 if best_attr is not None else rounds
+    return GBDTResult("xgboost", objective, booster, best, int(rounds), history)

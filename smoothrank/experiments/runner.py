@@ -1,0 +1,283 @@
+"""Run an experiment grid: one run per cell, one ``result.json`` per run, resumable, optionally parallel.
+
+Layout of the output folder::
+
+    OUT/spec.yaml                         the validated spec (as given)
+    OUT/runs/<run id>/result.json         written last and atomically: a run is finished iff it exists
+    OUT/runs/<run id>/train/              the trainer's run directory (neural runs: metrics.jsonl,
+                                          checkpoint.pt, model.pt, ...)
+    OUT/summary.md, summary.csv, summary.json   see :mod:`smoothrank.experiments.report`
+
+Protocol of every run: fit on the training split, select on the validation split only (the
+trainer's best epoch by ``select_by``; the booster's early-stopping iteration), then score the
+selected model once on the training, validation and test splits under the spec's convention.
+The per-query test values are kept for the paired t-test.
+
+Resuming: a cell whose ``result.json`` exists with the same fingerprint is skipped; one with a
+different fingerprint (the spec changed) is an error, so stale results are never mixed in. A
+neural run interrupted mid-training continues from the trainer's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.experiments.spec import Cell, ExperimentSpec
+
+__all__ = ["RESULT_FILE", "ExperimentOutcome", "load_results", "run_cell", "run_experiment", "write_json"]
+
+RESULT_FILE = "result.json"
+SPLITS = ("train", "valid", "test")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON atomically (temporary file in the same folder, then ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(_json_safe(data), handle, indent=1, allow_nan=False)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_safe(value: Any) -> Any:
+    # Strict JSON has no NaN: a skipped query is written as null.
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return _json_safe(value.item())
+    return value
+
+
+# ------------------------------------------------------------------------------ one run
+def _load_splits(data: dict[str, Any]) -> dict[str, Any]:
+    if data.get("mq2008_fold") is not None:
+        from smoothrank.datasets import load_mq2008
+
+        fold = data["mq2008_fold"]
+        return {"train": load_mq2008(fold, "train"), "valid": load_mq2008(fold, "vali"),
+                "test": load_mq2008(fold, "test")}
+    from smoothrank.data import load_letor
+
+    splits = {"train": load_letor(data["train"], n_features=data.get("n_features"))}
+    n_features = splits["train"].n_features
+    for split in ("valid", "test"):
+        if data.get(split) is not None:
+            # The training split fixes the width (a sparse file may stop at a lower index).
+            splits[split] = load_letor(data[split], n_features=n_features)
+    return splits
+
+
+def _score_splits(scores: dict[str, np.ndarray], splits: dict[str, Any], *, metrics: Sequence[str],
+                  convention: str) -> dict[str, Any]:
+    from smoothrank.metrics import evaluate_flat, mean_metrics
+
+    out: dict[str, Any] = {"metrics": {}, "per_query": {}}
+    for name, values in scores.items():
+        dataset = splits[name]
+        per_query = evaluate_flat(values, dataset.labels, offsets=dataset.offsets, metrics=list(metrics),
+                                  convention=convention, doc_ids=dataset.doc_ids)
+        out["metrics"][name] = mean_metrics(per_query)
+        if name == "test":
+            out["per_query"] = {"qids": [str(q) for q in dataset.qids],
+                                **{m: [float(v) for v in per_query[m].tolist()] for m in metrics}}
+    return out
+
+
+def _selector(valid: Any, metric: str, convention: str) -> Callable[[np.ndarray], float]:
+    """The validation criterion of model selection: mean ``metric`` under ``convention``."""
+    from smoothrank.metrics import evaluate_flat, mean_metrics
+
+    def value(scores: np.ndarray) -> float:
+        per_query = evaluate_flat(scores, valid.labels, offsets=valid.offsets, metrics=[metric],
+                                  convention=convention, doc_ids=valid.doc_ids)
+        return mean_metrics(per_query)[metric]
+
+    return value
+
+
+def _run_gbdt(cell: Cell) -> dict[str, Any]:
+    from smoothrank.experiments.gbdt import fit_gbdt
+
+    s = cell.settings
+    splits = _load_splits(s["data"])
+    g = s["gbdt"]
+    select = None
+    if splits.get("valid") is not None and g.get("select") == "spec":
+        select = _selector(splits["valid"], s["select_by"], s["convention"])
+    fitted = fit_gbdt(splits["train"], splits.get("valid"), library=g["library"], objective=g["objective"],
+                      params=g["params"], num_boost_round=g["num_boost_round"],
+                      early_stopping_rounds=g["early_stopping_rounds"], eval_at=g["eval_at"], seed=cell.seed,
+                      num_threads=s["num_threads"], select=select,
+                      select_name=f"{s['convention']}_{s['select_by']}")
+    scores = {name: fitted.predict(ds) for name, ds in splits.items()}
+    scored = _score_splits(scores, splits, metrics=s["metrics"], convention=s["convention"])
+    return {**scored, "selection": {"best_iteration": fitted.best_iteration, "rounds_run": fitted.rounds_run,
+                                    "history": fitted.history}}
+
+
+def resolve_loss_options(options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Turn spec-only option forms into objects; return ``(options, changed)``.
+
+    ``discount: {shallow: ALPHA, n: N}`` becomes :func:`smoothrank.softrank.shallow_discount`
+    ``(ALPHA, N)``, the shallower training discounts of SoftRank section 4.7 (a YAML file
+    cannot hold a callable).
+    """
+    spec = options.get("discount")
+    if not isinstance(spec, dict):
+        return options, False
+    from smoothrank.softrank import shallow_discount
+
+    if set(spec) != {"shallow", "n"}:
+        raise ConfigError(f"options.discount: expected a name or {{shallow: ALPHA, n: N}}, got {spec!r}")
+    return {**options, "discount": shallow_discount(spec["shallow"], spec["n"])}, True
+
+
+def _run_neural(cell: Cell, run_dir: Path, *, quiet: bool = True) -> dict[str, Any]:
+    from smoothrank import losses
+    from smoothrank.training import load_model, train
+    from smoothrank.training.config import config_from_dict
+
+    config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}")
+    options, changed = resolve_loss_options(dict(config.loss.options))
+    loss_fn = losses.get(config.loss.name, **options) if changed else None
+    splits = _load_splits(cell.settings["config"]["data"])
+    train_dir = run_dir / "train"
+    resume = (train_dir / "checkpoint.pt").is_file()
+    # The test split is withheld from the trainer: it is scored once below, after selection.
+    fit_splits = {k: v for k, v in splits.items() if k != "test"}
+    result = train(config, run_dir=train_dir, resume=resume, quiet=quiet, splits=fit_splits, loss_fn=loss_fn)
+    model = load_model(train_dir / "model.pt")  # the selected model with its fitted transforms
+    scores = {name: model.score(ds) for name, ds in splits.items()}
+    scored = _score_splits(scores, splits, metrics=cell.settings["metrics"],
+                           convention=cell.settings["convention"])
+    return {**scored, "selection": {"best_epoch": result.best_epoch, "epochs_run": len(result.history),
+                                    "resumed": resume}}
+
+
+def run_cell(cell: Cell, out_dir: str | Path) -> dict[str, Any]:
+    """Run one cell and write ``OUT/runs/<run id>/result.json``; return the result."""
+    run_dir = Path(out_dir) / "runs" / cell.run_id
+    started = time.perf_counter()
+    body = _run_gbdt(cell) if cell.kind == "gbdt" else _run_neural(cell, run_dir)
+    result = {"run_id": cell.run_id, "dataset": cell.dataset, "fold": cell.fold, "method": cell.method,
+              "kind": cell.kind, "seed": cell.seed, "fingerprint": cell.fingerprint(),
+              "convention": cell.settings["convention"], "seconds": round(time.perf_counter() - started, 3),
+              **body}
+    write_json(run_dir / RESULT_FILE, result)
+    return result
+
+
+def _run_cell_worker(cell_json: str, out_dir: str) -> dict[str, Any]:
+    # Process-pool entry point: cells travel as JSON so the child rebuilds them by validation.
+    cell = Cell.model_validate_json(cell_json)
+    return run_cell(cell, out_dir)
+
+
+# ------------------------------------------------------------------------------ the grid
+@dataclass
+class ExperimentOutcome:
+    """``results`` of every finished cell (in grid order); which ran now, were found finished, failed.
+
+    ``failed`` maps a run id to its error message; a failed run leaves no ``result.json``, so the
+    next invocation tries it again.
+    """
+
+    results: list[dict[str, Any]]
+    ran: list[str]
+    skipped: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def finished_result(cell: Cell, out_dir: Path) -> dict[str, Any] | None:
+    """The stored result of ``cell``, or None if it has not finished; stale results are an error."""
+    path = out_dir / "runs" / cell.run_id / RESULT_FILE
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise SmoothrankError(f"{path}: not valid JSON ({err}); delete it to redo the run") from None
+    if result.get("fingerprint") != cell.fingerprint():
+        raise ConfigError(f"{path}: this run was made with other settings than the spec now gives; "
+                          "use another --out folder or delete the run folder to redo it")
+    return result
+
+
+def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 1,
+                   log: Callable[[str], None] | None = None) -> ExperimentOutcome:
+    """Run every unfinished cell of ``spec`` (``workers`` processes) and return all results.
+
+    Summaries are not written here: see :func:`smoothrank.experiments.report.write_reports`.
+    """
+    from smoothrank.experiments.spec import expand
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise SmoothrankError(f"workers: expected an integer >= 1, got {workers!r}")
+    say = log or (lambda _msg: None)
+    out = Path(out_dir)
+    cells = expand(spec)
+    done: dict[str, dict[str, Any]] = {}
+    todo: list[Cell] = []
+    for cell in cells:
+        found = finished_result(cell, out)
+        if found is not None:
+            done[cell.run_id] = found
+        else:
+            todo.append(cell)
+    skipped = list(done)
+    say(f"{len(cells)} run(s): {len(skipped)} already finished, {len(todo)} to run")
+    ran: list[str] = []
+    failed: dict[str, str] = {}
+    if workers == 1 or len(todo) <= 1:
+        for i, cell in enumerate(todo, 1):
+            say(f"[{i}/{len(todo)}] {cell.run_id}")
+            try:
+                done[cell.run_id] = run_cell(cell, out)
+                ran.append(cell.run_id)
+            except SmoothrankError as err:
+                # A user-level failure of one run (e.g. a diverging loss) must not lose the grid.
+                failed[cell.run_id] = str(err)
+                say(f"  failed: {err}")
+    else:
+        # "spawn": a forked child would inherit OpenMP/LightGBM thread pools mid-state and can hang.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(_run_cell_worker, cell.model_dump_json(), str(out)): cell for cell in todo}
+            for i, future in enumerate(as_completed(futures), 1):
+                cell = futures[future]
+                try:
+                    done[cell.run_id] = future.result()
+                    ran.append(cell.run_id)
+                    say(f"[{i}/{len(todo)}] {cell.run_id} finished")
+                except SmoothrankError as err:
+                    failed[cell.run_id] = str(err)
+                    say(f"[{i}/{len(todo)}] {cell.run_id} failed: {err}")
+    return ExperimentOutcome([done[c.run_id] for c in cells if c.run_id in done], ran, skipped, failed)
+
+
+def load_results(out_dir: str | Path) -> list[dict[str, Any]]:
+    """Every ``result.json`` under ``OUT/runs`` (sorted by run id)."""
+    paths = sorted((Path(out_dir) / "runs").glob(f"*/{RESULT_FILE}"))
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]

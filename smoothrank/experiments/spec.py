@@ -1,0 +1,343 @@
+"""The experiment specification: a validated YAML description of a grid of runs.
+
+A spec names datasets (the bundled MQ2008 folds or LETOR files), neural methods (every loss
+crossed with every model, trained by :func:`smoothrank.training.train` with shared settings),
+GBDT baselines, seeds, the metric convention, and the baseline of the paired t-test::
+
+    name: mq2008
+    convention: letor4              # letor4 | lightgbm | trec (smoothrank.metrics conventions)
+    metrics: [ndcg@1, ndcg@3, ndcg@5, ndcg@10, map]
+    select_by: ndcg@10              # validation metric of model selection
+    baseline: lightgbm-lambdarank   # method label the t-test compares against
+    alpha: 0.05
+    seeds: [0]
+    datasets:
+      - {name: mq2008, mq2008_folds: [1, 2, 3, 4, 5]}
+      - {name: lgb, train: data/rank.train, test: data/rank.test, valid: data/rank.test}
+    neural:                         # smoothrank.training.Config sections shared by neural runs
+      training: {epochs: 50, list_size: 240}
+    losses:
+      - neural_ndcg
+      - {name: neural_ndcg, label: neural_ndcg@5, options: {k: 5}}
+    models:
+      - {label: mlp, kind: mlp, hidden: [64]}
+    gbdt:
+      - {library: lightgbm, objective: lambdarank, num_boost_round: 500}
+
+Relative file paths are relative to the spec file. Every problem is reported at once as a
+:class:`~smoothrank.errors.ConfigError` naming the spec file and the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from smoothrank.errors import ConfigError, SmoothrankError
+
+__all__ = ["Cell", "ExperimentSpec", "expand", "load_spec", "spec_from_dict"]
+
+_LABEL = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetSpec(_Strict):
+    """Either the bundled MQ2008 folds or one train/valid/test triple of LETOR files."""
+
+    name: Annotated[str, Field(pattern=_LABEL)]
+    mq2008_folds: list[Annotated[int, Field(ge=1, le=5)]] | None = None
+    train: str | None = None
+    valid: str | None = None
+    test: str | None = None
+    n_features: Annotated[int, Field(ge=1)] | None = None
+
+
+class LossSpec(_Strict):
+    name: str
+    label: Annotated[str, Field(pattern=_LABEL)] | None = None
+    options: dict[str, Any] = {}
+    # Deep-merged into the shared ``neural`` settings for this loss only (e.g. its own lr).
+    overrides: dict[str, Any] = {}
+
+    @property
+    def tag(self) -> str:
+        return self.label or self.name
+
+
+class ModelSpec(_Strict):
+    model_config = ConfigDict(extra="allow", frozen=True)  # the rest is smoothrank.training model config
+
+    label: Annotated[str, Field(pattern=_LABEL)]
+    kind: Literal["linear", "mlp", "context_aware"]
+
+    def model_config_dict(self) -> dict[str, Any]:
+        data = self.model_dump()
+        data.pop("label")
+        return data
+
+
+class GBDTSpec(_Strict):
+    library: Literal["lightgbm", "xgboost"]
+    objective: str
+    label: Annotated[str, Field(pattern=_LABEL)] | None = None
+    params: dict[str, Any] = {}
+    num_boost_round: Annotated[int, Field(ge=1)] = 500
+    early_stopping_rounds: Annotated[int, Field(ge=1)] | None = 50
+    eval_at: Annotated[int, Field(ge=1)] = 10
+    # Early stopping criterion: "spec" = the spec's select_by under its convention (as neural runs);
+    # "library" = the booster's own NDCG@eval_at.
+    select: Literal["spec", "library"] = "spec"
+
+    @property
+    def tag(self) -> str:
+        return self.label or f"{self.library}-{self.objective.replace(':', '_')}"
+
+
+class ExperimentSpec(_Strict):
+    name: Annotated[str, Field(pattern=_LABEL)]
+    convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
+    metrics: list[str] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
+    select_by: str = "ndcg@10"
+    baseline: str | None = None
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    seeds: list[Annotated[int, Field(ge=0)]] = [0]
+    num_threads: Annotated[int, Field(ge=1)] = 1
+    datasets: list[DatasetSpec]
+    neural: dict[str, Any] = {}
+    losses: list[LossSpec] = []
+    models: list[ModelSpec] = []
+    gbdt: list[GBDTSpec] = []
+    # Set by load_spec: the folder relative paths are resolved against (not part of the YAML).
+    base_dir: str = "."
+
+    @field_validator("losses", mode="before")
+    @classmethod
+    def _short_losses(cls, value: Any) -> Any:
+        # ``losses: [neural_ndcg, approx_ndcg]`` is the short form of ``[{name: neural_ndcg}, ...]``.
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    def method_labels(self) -> list[str]:
+        """Every method label, neural (``loss-model``) then GBDT."""
+        return [f"{loss.tag}-{model.label}" for loss in self.losses for model in self.models] + \
+               [g.tag for g in self.gbdt]
+
+
+# ------------------------------------------------------------------------------ cells
+class Cell(_Strict):
+    """One run of the grid: a dataset fold, a method, a seed; ``settings`` fixes the result."""
+
+    dataset: str
+    fold: int | None
+    method: str
+    kind: Literal["neural", "gbdt"]
+    seed: int
+    settings: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        fold = f"fold{self.fold}" if self.fold is not None else "files"
+        return f"{self.dataset}--{fold}--{self.method}--seed{self.seed}"
+
+    def fingerprint(self) -> str:
+        """SHA-256 of everything that determines the result (a finished run with another is stale)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _data_section(ds: DatasetSpec, fold: int | None, base: Path) -> dict[str, Any]:
+    if fold is not None:
+        return {"mq2008_fold": fold}
+    out: dict[str, Any] = {}
+    for split in ("train", "valid", "test"):
+        path = getattr(ds, split)
+        if path is not None:
+            out[split] = str((base / path).resolve())
+    if ds.n_features is not None:
+        out["n_features"] = ds.n_features
+    return out
+
+
+def neural_config_dict(spec: ExperimentSpec, loss: LossSpec, model: ModelSpec, ds: DatasetSpec,
+                       fold: int | None, seed: int) -> dict[str, Any]:
+    """The :class:`smoothrank.training.Config` mapping of one neural cell."""
+    config = _deep_merge(spec.neural, loss.overrides)
+    config.pop("output", None)
+    config["seed"] = seed
+    config["data"] = _data_section(ds, fold, Path(spec.base_dir))
+    config["model"] = model.model_config_dict()
+    config["loss"] = {"name": loss.name, "options": dict(loss.options)}
+    config.setdefault("training", {})
+    config["training"] = {**config["training"], "num_threads": spec.num_threads}
+    config["evaluation"] = {**config.get("evaluation", {}), "metrics": list(spec.metrics),
+                            "select_by": spec.select_by, "convention": spec.convention}
+    return config
+
+
+def expand(spec: ExperimentSpec) -> list[Cell]:
+    """Every cell of the grid, datasets outermost, seeds innermost."""
+    cells: list[Cell] = []
+    base = Path(spec.base_dir)
+    for ds in spec.datasets:
+        folds: list[int | None] = list(ds.mq2008_folds) if ds.mq2008_folds is not None else [None]
+        for fold in folds:
+            for loss in spec.losses:
+                for model in spec.models:
+                    for seed in spec.seeds:
+                        settings = {"config": neural_config_dict(spec, loss, model, ds, fold, seed),
+                                    "convention": spec.convention, "metrics": list(spec.metrics)}
+                        cells.append(Cell(dataset=ds.name, fold=fold, method=f"{loss.tag}-{model.label}",
+                                          kind="neural", seed=seed, settings=settings))
+            for gb in spec.gbdt:
+                for seed in spec.seeds:
+                    settings = {"data": _data_section(ds, fold, base),
+                                "gbdt": gb.model_dump(mode="json", exclude={"label"}),
+                                "num_threads": spec.num_threads, "convention": spec.convention,
+                                "metrics": list(spec.metrics), "select_by": spec.select_by}
+                    cells.append(Cell(dataset=ds.name, fold=fold, method=gb.tag, kind="gbdt", seed=seed,
+                                      settings=settings))
+    return cells
+
+
+# ------------------------------------------------------------------------------ validation
+def _pydantic_problems(err: ValidationError) -> list[str]:
+    lines = []
+    for item in err.errors():
+        loc = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = {"extra_forbidden": "unknown key", "missing": "required key missing"}.get(item["type"],
+                                                                                           item["msg"])
+        lines.append(f"{loc}: {message}")
+    return lines
+
+
+def _semantic_problems(spec: ExperimentSpec) -> list[str]:
+    from smoothrank import losses as loss_registry
+    from smoothrank.experiments.gbdt import check_gbdt
+    from smoothrank.experiments.runner import resolve_loss_options
+    from smoothrank.metrics import parse_metric
+    from smoothrank.training.config import config_from_dict
+
+    problems: list[str] = []
+    for i, name in enumerate(spec.metrics):
+        try:
+            parse_metric(name)
+        except SmoothrankError as err:
+            problems.append(f"metrics.{i}: {err}")
+    if spec.select_by not in spec.metrics:
+        problems.append(f"select_by: {spec.select_by!r} must be one of metrics {spec.metrics}")
+    if not spec.datasets:
+        problems.append("datasets: at least one dataset is required")
+    base = Path(spec.base_dir)
+    names = [d.name for d in spec.datasets]
+    for i, ds in enumerate(spec.datasets):
+        if names.count(ds.name) > 1:
+            problems.append(f"datasets.{i}.name: {ds.name!r} is used twice")
+        files = [s for s in ("train", "valid", "test") if getattr(ds, s) is not None]
+        if ds.mq2008_folds is not None:
+            if files:
+                problems.append(f"datasets.{i}: mq2008_folds and train/valid/test are exclusive")
+            if not ds.mq2008_folds or len(set(ds.mq2008_folds)) != len(ds.mq2008_folds):
+                problems.append(f"datasets.{i}.mq2008_folds: expected distinct folds among 1..5")
+        else:
+            if ds.train is None or ds.test is None:
+                problems.append(f"datasets.{i}: give mq2008_folds, or train and test files (valid optional)")
+            for split in files:
+                if not (base / getattr(ds, split)).is_file():
+                    problems.append(f"datasets.{i}.{split}: no such file: {base / getattr(ds, split)}")
+    if not spec.gbdt and not (spec.losses and spec.models):
+        problems.append("losses/models/gbdt: the grid is empty (give losses and models, or gbdt baselines)")
+    if spec.losses and not spec.models:
+        problems.append("models: losses are given but no model to train them with")
+    if spec.models and not spec.losses:
+        problems.append("losses: models are given but no loss to train them with")
+    for key in sorted(set(spec.neural) & {"data", "model", "loss", "seed", "output"}):
+        problems.append(f"neural.{key}: set by the grid (datasets, models, losses, seeds, --out), "
+                        "not by the shared neural settings")
+    for i, loss in enumerate(spec.losses):
+        for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"}):
+            problems.append(f"losses.{i}.overrides.{key}: set by the grid, not by a loss override")
+    available = set(loss_registry.available())
+    for i, loss in enumerate(spec.losses):
+        if loss.name not in available:
+            problems.append(f"losses.{i}.name: unknown loss {loss.name!r}; available: {sorted(available)}")
+            continue
+        unknown = sorted(set(loss.options) - set(loss_registry.options(loss.name)))
+        if unknown:
+            problems.append(f"losses.{i}.options: unknown option(s) {unknown} for {loss.name!r}")
+            continue
+        try:
+            options, _ = resolve_loss_options(dict(loss.options))
+            loss_registry.get(loss.name, **options)
+        except (SmoothrankError, TypeError, ValueError) as err:
+            problems.append(f"losses.{i}.options: {err}")
+    for i, gb in enumerate(spec.gbdt):
+        try:
+            check_gbdt(gb.library, gb.objective, gb.params, where=f"gbdt.{i}")
+        except ConfigError as err:
+            problems.append(str(err))
+    labels = spec.method_labels()
+    for label in sorted({x for x in labels if labels.count(x) > 1}):
+        problems.append(f"losses/models/gbdt: method label {label!r} is used twice (set label:)")
+    if spec.baseline is not None and spec.baseline not in labels:
+        problems.append(f"baseline: {spec.baseline!r} is not a method of the grid; methods: {labels}")
+    if not problems and spec.losses:
+        # Validate each loss x model training config now, not hours into the grid.
+        ds = spec.datasets[0]
+        fold = ds.mq2008_folds[0] if ds.mq2008_folds else None
+        for loss in spec.losses:
+            for model in spec.models:
+                try:
+                    config_from_dict(neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0]),
+                                     source=f"neural settings of {loss.tag}-{model.label}")
+                except ConfigError as err:
+                    problems.append(str(err).replace("\n", "\n    "))
+    return problems
+
+
+def spec_from_dict(data: Any, *, source: str = "spec", base_dir: str | Path = ".") -> ExperimentSpec:
+    """Validate a mapping; raise :class:`ConfigError` listing every problem, prefixed by ``source``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    if "base_dir" in data:
+        raise ConfigError(f"{source}: base_dir: unknown key")
+    try:
+        spec = ExperimentSpec.model_validate({**data, "base_dir": str(base_dir)})
+    except ValidationError as err:
+        problems = _pydantic_problems(err)
+    else:
+        problems = _semantic_problems(spec)
+    if problems:
+        raise ConfigError(f"{source}: {len(problems)} problem(s) in the experiment spec:\n"
+                          + "\n".join(f"  - {p}" for p in problems))
+    return spec
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read and validate a YAML spec; relative data paths are taken from the spec's folder."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return spec_from_dict(data, source=str(path), base_dir=path.resolve().parent)

@@ -1,0 +1,86 @@
+"""Statistics of an experiment: mean and spread over folds, the paired t-test per query.
+
+The SoftRank paper (Taylor et al., WSDM 2008, section 5) calls a difference significant under a
+paired t-test at the 5% level, pairing the two systems' metric values query by query. Here the
+pairs are the per-query test values of two methods on the same (fold, query); a query scored by
+one method only, or skipped (NaN) by the convention, is left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from smoothrank.errors import SmoothrankError
+
+__all__ = ["TTest", "mean_std", "paired_ttest"]
+
+# Metric differences below this are rounding noise (metrics live in [0, 1]): a spread this small
+# is a constant difference, not a distribution.
+_CONSTANT = 1e-12
+
+
+@dataclass(frozen=True)
+class TTest:
+    """Result of a two-sided paired t-test of ``a - b``.
+
+    ``statistic = mean(d) / (std(d, ddof=1) / sqrt(n))`` over the ``n`` pairs ``d = a - b``;
+    ``pvalue`` from Student's t with ``n - 1`` degrees of freedom (two-sided).
+    """
+
+    statistic: float
+    pvalue: float
+    n: int
+    mean_difference: float
+
+    def significant(self, alpha: float = 0.05) -> bool:
+        return not math.isnan(self.pvalue) and self.pvalue < alpha
+
+    def direction(self, alpha: float = 0.05) -> int:
+        """+1 if ``a`` is significantly higher, -1 if significantly lower, else 0."""
+        if not self.significant(alpha):
+            return 0
+        return 1 if self.mean_difference > 0 else -1
+
+
+def paired_ttest(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> TTest:
+    """Two-sided paired t-test of per-query values ``a`` against ``b`` (``scipy.stats.ttest_rel``).
+
+    Pairs with a NaN on either side are dropped. Degenerate cases are answered without
+    scipy's warnings: fewer than 2 pairs gives ``pvalue = nan``; all differences 0 gives
+    ``statistic = 0, pvalue = 1``; a constant non-zero difference gives ``pvalue = 0``
+    (constant: a spread of at most 1e-12, rounding noise for metric values).
+    """
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise SmoothrankError(f"paired_ttest: a and b must pair up, got {x.shape[0]} and {y.shape[0]} values")
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    n = int(x.shape[0])
+    if n < 2:
+        return TTest(math.nan, math.nan, n, float(np.mean(x - y)) if n else math.nan)
+    d = x - y
+    mean = float(d.mean())
+    if float(np.ptp(d)) <= _CONSTANT:
+        # (Numerically) zero variance: scipy would divide 0 by 0 (or mean by ~0) and warn.
+        if abs(mean) <= _CONSTANT:
+            return TTest(0.0, 1.0, n, 0.0)
+        return TTest(math.copysign(math.inf, mean), 0.0, n, mean)
+    from scipy import stats
+
+    result = stats.ttest_rel(x, y)
+    return TTest(float(result.statistic), float(result.pvalue), n, mean)
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """``(mean, sample std (ddof=1), n)`` of the non-NaN values; std is NaN for fewer than 2."""
+    v = np.asarray(list(values), dtype=np.float64)
+    v = v[~np.isnan(v)]
+    n = int(v.shape[0])
+    if n == 0:
+        return math.nan, math.nan, 0
+    return float(v.mean()), float(v.std(ddof=1)) if n > 1 else math.nan, n

@@ -1,0 +1,347 @@
+"""The figures of :mod:`smoothrank.plots`; see the package docstring."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from smoothrank.errors import DataFormatError, SmoothrankError
+
+__all__ = [
+    "neuralndcg_curves",
+    "neuralndcg_figure1",
+    "neuralndcg_figure2",
+    "softrank_example",
+    "softrank_figure",
+    "summary_bars",
+    "training_curves",
+]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    # Agg: files only, no display needed (servers, CI); set before pyplot is imported.
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
+    """Save ``fig`` as PNG atomically (temporary file in the same folder, then ``os.replace``)."""
+    plt = _pyplot()
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise SmoothrankError(f"--out: expected a .png file name, got {str(out)!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return out
+
+
+# ------------------------------------------------------------------------------ NeuralNDCG
+def neuralndcg_curves(labels: Sequence[float], scores: Sequence[float], xs: np.ndarray, *,
+                      temperature: float = 1.0, sinkhorn: bool = True,
+                      position: int = -1) -> dict[str, np.ndarray]:
+    """NDCG and NeuralNDCG (whole list, exp2 gain, log2 discount) as ``scores[position]`` runs over ``xs``.
+
+    Returns ``{"x", "ndcg", "neural_ndcg"}``; NeuralNDCG is minus
+    :func:`smoothrank.losses.neural.neural_ndcg`.
+    Computed in float64, one row per x.
+    """
+    from smoothrank.losses.neural import neural_ndcg
+    from smoothrank.metrics import ndcg
+
+    x = np.asarray(xs, dtype=np.float64).reshape(-1)
+    s = torch.tensor(scores, dtype=torch.float64).repeat(x.shape[0], 1)
+    s[:, position] = torch.from_numpy(x)
+    y = torch.tensor(labels, dtype=torch.float64).repeat(x.shape[0], 1)
+    exact = ndcg(s, y, reduction="none", gain="exp2", discount="log2").numpy()
+    smooth = -neural_ndcg(s, y, reduction="none", temperature=temperature, sinkhorn=sinkhorn).numpy()
+    return {"x": x, "ndcg": exact, "neural_ndcg": smooth}
+
+
+def neuralndcg_figure1(path: str | os.PathLike[str], *, temperature: float = 1.0,
+                       xs: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """NeuralNDCG paper Figure 1: y = [2, 1, 0, 0, 0], s = [4, 1, 0, 0, x], x varied.
+
+    Plots NDCG and NeuralNDCG (tau = ``temperature``) with and without Sinkhorn scaling. Returns
+    ``{"x", "ndcg", "with_sinkhorn", "without_sinkhorn"}``.
+    """
+    labels, scores = [2.0, 1.0, 0.0, 0.0, 0.0], [4.0, 1.0, 0.0, 0.0, 0.0]
+    x = np.linspace(-2.0, 6.0, 401) if xs is None else np.asarray(xs, dtype=np.float64)
+    with_s = neuralndcg_curves(labels, scores, x, temperature=temperature, sinkhorn=True)
+    without = neuralndcg_curves(labels, scores, x, temperature=temperature, sinkhorn=False)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot(x, with_s["ndcg"], color="black", lw=2, label="NDCG")
+    ax.plot(x, with_s["neural_ndcg"], color="tab:blue", label=f"NeuralNDCG, Sinkhorn (τ={temperature:g})")
+    ax.plot(x, without["neural_ndcg"], color="tab:orange", ls="--",
+            label=f"NeuralNDCG, no Sinkhorn (τ={temperature:g})")
+    ax.set_xlabel("score x of the fifth document")
+    ax.set_ylabel("value")
+    ax.set_title("y = [2, 1, 0, 0, 0], s = [4, 1, 0, 0, x]")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    return {"x": x, "ndcg": with_s["ndcg"], "with_sinkhorn": with_s["neural_ndcg"],
+            "without_sinkhorn": without["neural_ndcg"]}
+
+
+def neuralndcg_figure2(path: str | os.PathLike[str], *,
+                       temperatures: Sequence[float] = (0.01, 0.1, 0.5, 1.0, 2.0),
+                       xs: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """NeuralNDCG paper Figure 2: y = [1, 2, 3, 4, 5], s = [1, 2, 3, 4, x], several temperatures.
+
+    Deterministic NeuralNDCG with Sinkhorn scaling. Returns ``{"x", "ndcg", "tau=<t>": curve, ...}``.
+    """
+    if not temperatures:
+        raise SmoothrankError("temperatures: give at least one temperature")
+    labels, scores = [1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 0.0]
+    x = np.linspace(-1.0, 7.0, 401) if xs is None else np.asarray(xs, dtype=np.float64)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    out: dict[str, np.ndarray] = {"x": x}
+    for t in temperatures:
+        curves = neuralndcg_curves(labels, scores, x, temperature=float(t), sinkhorn=True)
+        out["ndcg"] = curves["ndcg"]
+        out[f"tau={t:g}"] = curves["neural_ndcg"]
+        ax.plot(x, curves["neural_ndcg"], label=f"NeuralNDCG τ={t:g}")
+    ax.plot(x, out["ndcg"], color="black", lw=2, label="NDCG")
+    ax.set_xlabel("score x of the fifth document")
+    ax.set_ylabel("value")
+    ax.set_title("y = [1, 2, 3, 4, 5], s = [1, 2, 3, 4, x]")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    return out
+
+
+# ------------------------------------------------------------------------------ SoftRank
+def softrank_example(scores: Sequence[float] = (-0.5, -0.2, 0.4), *,
+                     sigma: float = 0.2) -> dict[str, np.ndarray]:
+    """Rank distributions ``p[j, r]`` (0-based r, 0 = best) of smoothed scores N(s_j, sigma^2).
+
+    Uses :func:`smoothrank.softrank.soft_rank` (exact Rank-Binomial, SoftRank eqs. 8-12).
+    Returns ``{"scores", "sigma", "rank_probs"}``.
+    """
+    from smoothrank.softrank import soft_rank
+
+    s = torch.tensor([list(scores)], dtype=torch.float64)
+    p = soft_rank(s, sigma=sigma, method="exact")[0].numpy()
+    return {"scores": s[0].numpy(), "sigma": np.asarray(sigma), "rank_probs": p}
+
+
+def softrank_figure(path: str | os.PathLike[str], *, scores: Sequence[float] = (-0.5, -0.2, 0.4),
+                    sigma: float = 0.2, long_scores: Sequence[float] | None = None,
+                    long_sigma: float = 1.0, document: int = 2) -> dict[str, np.ndarray]:
+    """SoftRank Figures 2 and 3 in one PNG.
+
+    Top row (Figure 2): the smoothed score densities N(s_j, sigma^2) of three documents and the
+    rank distribution of each. Bottom row (Figure 3): for document ``document`` of a 10-item list,
+    its rank distribution p(r) and the discount distribution p(d) obtained by mapping r through
+    D(r) = 1 / log2(2 + r) (0-based r); the expectation E[D] is the soft discount of SoftNDCG
+    (eq. 15). Returns the plotted arrays.
+    """
+    from smoothrank.softrank import soft_rank
+
+    small = softrank_example(scores, sigma=sigma)
+    long = np.linspace(-1.0, 1.5, 10) if long_scores is None else np.asarray(long_scores, dtype=np.float64)
+    if not 0 <= document < long.shape[0]:
+        raise SmoothrankError(f"document: expected an index in [0, {long.shape[0]}), got {document}")
+    p_long = soft_rank(torch.tensor(long[None, :], dtype=torch.float64), sigma=long_sigma)[0].numpy()
+    ranks = np.arange(long.shape[0])
+    discounts = 1.0 / np.log2(ranks + 2.0)
+    p_rank = p_long[document]
+    expected_discount = float((p_rank * discounts).sum())
+
+    plt = _pyplot()
+    n = small["rank_probs"].shape[0]
+    fig, axes = plt.subplots(2, n + 1, figsize=(3.0 * (n + 1), 6.0))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    grid = np.linspace(min(scores) - 4 * sigma, max(scores) + 4 * sigma, 400)
+    ax = axes[0, 0]
+    for j, s in enumerate(small["scores"]):
+        density = np.exp(-0.5 * ((grid - s) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+        ax.plot(grid, density, color=colours[j % len(colours)], label=f"s{j + 1}")
+    ax.set_xlabel("score s")
+    ax.set_ylabel("p(s)")
+    ax.set_title(f"smoothed scores (σ={sigma:g})")
+    ax.legend(fontsize=8)
+    for j in range(n):
+        ax = axes[0, j + 1]
+        ax.bar(np.arange(n), small["rank_probs"][j], color=colours[j % len(colours)])
+        ax.set_xticks(np.arange(n))
+        ax.set_ylim(0, 1)
+        ax.set_xlabel(f"rank r{j + 1} (0 = best)")
+        ax.set_ylabel(f"p(r{j + 1})")
+    ax = axes[1, 0]
+    ax.bar(ranks, p_rank, color="tab:blue")
+    ax.set_xticks(ranks)
+    ax.set_xlabel("rank r (0 = best)")
+    ax.set_ylabel("p(r)")
+    ax.set_title(f"document {document + 1} of {long.shape[0]} (σ={long_sigma:g})")
+    ax = axes[1, 1]
+    ax.stem(discounts, p_rank, basefmt=" ")
+    ax.axvline(expected_discount, color="tab:red", ls="--", label=f"E[D] = {expected_discount:.3f}")
+    ax.set_xlim(0, 1.05)
+    ax.set_xlabel("discount d = D(r)")
+    ax.set_ylabel("p(d)")
+    ax.legend(fontsize=8)
+    ax = axes[1, 2] if n >= 2 else None
+    if ax is not None:
+        ax.plot(ranks, discounts, marker="o", color="black")
+        ax.set_xlabel("rank r")
+        ax.set_ylabel("D(r) = 1/log2(2 + r)")
+    for extra in axes[1, 3:]:
+        extra.axis("off")
+    fig.suptitle("SoftRank: smoothed scores → rank distributions → discount distribution")
+    fig.tight_layout()
+    _save(fig, path)
+    return {**small, "long_scores": long, "long_rank_probs": p_long, "discounts": discounts,
+            "expected_discount": np.asarray(expected_discount)}
+
+
+# ------------------------------------------------------------------------------ runs
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(f"{path}:{number}: not a JSON object ({err.msg})") from None
+        if not isinstance(row, dict) or "epoch" not in row:
+            raise DataFormatError(f"{path}:{number}: expected a JSON object with an 'epoch' key")
+        rows.append(row)
+    if not rows:
+        raise DataFormatError(f"{path}: no epochs logged yet")
+    return rows
+
+
+def find_metrics_log(run_dir: str | os.PathLike[str]) -> Path:
+    """``metrics.jsonl`` of a trainer run directory, or of an experiment run (``<run>/train/``)."""
+    root = Path(run_dir)
+    if root.is_file():
+        return root
+    for candidate in (root / "metrics.jsonl", root / "train" / "metrics.jsonl"):
+        if candidate.is_file():
+            return candidate
+    if not root.exists():
+        raise FileNotFoundError(2, "No such file or directory", str(root))
+    raise SmoothrankError(f"{root}: no metrics.jsonl (not a training run directory)")
+
+
+def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Training loss (left) and validation metrics (right) per epoch; the selected epoch is marked."""
+    log = find_metrics_log(run_dir)
+    rows = _read_jsonl(log)
+    epochs = np.asarray([r["epoch"] for r in rows], dtype=np.float64)
+
+    def column(key: str) -> np.ndarray:
+        return np.asarray([r.get(key, math.nan) if r.get(key) is not None else math.nan for r in rows],
+                          dtype=np.float64)
+
+    out: dict[str, np.ndarray] = {"epoch": epochs, "loss": column("loss")}
+    metric_keys = [k for k in rows[-1]
+                   if k.startswith(("valid_", "train_")) and isinstance(rows[-1][k], float)]
+    for key in metric_keys:
+        out[key] = column(key)
+    best = rows[-1].get("best_epoch")
+    plt = _pyplot()
+    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(10.0, 3.8))
+    from matplotlib.ticker import MaxNLocator
+
+    ax_loss.plot(epochs, out["loss"], marker=".", color="tab:red")
+    for ax in (ax_loss, ax_metric):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("training loss")
+    ax_loss.grid(alpha=0.3)
+    for key in metric_keys:
+        ax_metric.plot(epochs, out[key], marker=".", label=key)
+    ax_metric.set_xlabel("epoch")
+    ax_metric.set_ylabel("metric")
+    ax_metric.grid(alpha=0.3)
+    if metric_keys:
+        ax_metric.legend(fontsize=8)
+    if best:
+        for ax in (ax_loss, ax_metric):
+            ax.axvline(best, color="grey", ls=":", label="selected epoch")
+    fig.suptitle(f"training curves: {log.parent}")
+    fig.tight_layout()
+    _save(fig, path)
+    return out
+
+
+def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[str], *,
+                 dataset: str | None = None, split: str = "test",
+                 metrics: Sequence[str] | None = None) -> dict[str, Any]:
+    """Grouped bars: mean ± std over folds of each method, one group per metric, from ``summary.csv``."""
+    csv_path = Path(summary_csv)
+    with csv_path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = {"dataset", "method", "split", "metric", "mean", "std"} - set(reader.fieldnames or [])
+        if missing:
+            raise DataFormatError(f"{csv_path}:1: not an experiment summary "
+                                  f"(missing columns {sorted(missing)})")
+        rows = list(reader)
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    if not datasets:
+        raise DataFormatError(f"{csv_path}: no rows")
+    chosen = dataset if dataset is not None else datasets[0]
+    if chosen not in datasets:
+        raise SmoothrankError(f"--dataset: {chosen!r} is not in {csv_path}; it has {datasets}")
+    rows = [r for r in rows if r["dataset"] == chosen and r["split"] == split]
+    if not rows:
+        raise SmoothrankError(f"{csv_path}: no {split!r} rows for dataset {chosen!r}")
+    names = list(metrics) if metrics else list(dict.fromkeys(r["metric"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    index = {(r["method"], r["metric"]): r for r in rows}
+
+    def value(method: str, metric: str, key: str) -> float:
+        row = index.get((method, metric))
+        return float(row[key]) if row is not None and row[key] not in ("", None) else math.nan
+
+    means = np.asarray([[value(m, k, "mean") for k in names] for m in methods])
+    stds = np.asarray([[value(m, k, "std") for k in names] for m in methods])
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.22 * len(names) * len(methods) + 2.0)), 4.2))
+    width = 0.8 / len(methods)
+    centres = np.arange(len(names))
+    # tab20 keeps up to 20 methods distinguishable (the default cycle repeats after 10).
+    colours = plt.get_cmap("tab20").colors
+    for i, method in enumerate(methods):
+        # No error bar where the spread is unknown (a single fold).
+        errors = stds[i] if np.isfinite(stds[i]).any() else None
+        ax.bar(centres + (i - (len(methods) - 1) / 2) * width, np.nan_to_num(means[i]), width,
+               yerr=None if errors is None else np.nan_to_num(errors), capsize=2, label=method,
+               color=colours[i % len(colours)])
+    ax.set_xticks(centres)
+    ax.set_xticklabels(names)
+    ax.set_ylabel(f"{split} mean ± std over folds")
+    ax.set_title(f"{chosen}: {split} set")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    _save(fig, path)
+    return {"methods": methods, "metrics": names, "mean": means, "std": stds}

@@ -1,0 +1,424 @@
+"""Experiment runner: spec validation, GBDT baselines, resumability, t-test, reports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from smoothrank.cli import main as cli_main
+from smoothrank.data import load_letor
+from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.experiments import (
+    expand,
+    load_results,
+    load_spec,
+    mean_std,
+    paired_ttest,
+    run_experiment,
+    spec_from_dict,
+    summarize,
+)
+from smoothrank.experiments.gbdt import fit_gbdt
+from smoothrank.experiments.report import format_csv, format_markdown
+from smoothrank.metrics import evaluate_flat, mean_metrics
+
+
+# ------------------------------------------------------------------------------ fixtures
+def _write_letor(path: Path, rng: np.random.Generator, n_queries: int, docs: int, qid0: int) -> None:
+    lines = []
+    for q in range(n_queries):
+        x = rng.normal(size=(docs, 5))
+        # Relevance driven by feature 1 (plus a little noise): learnable, with ties in the labels.
+        labels = np.digitize(x[:, 0] + 0.3 * rng.normal(size=docs), [0.3, 1.0])
+        for d in range(docs):
+            feats = " ".join(f"{j + 1}:{x[d, j]:.5f}" for j in range(5))
+            lines.append(f"{labels[d]} qid:{qid0 + q} {feats} #docid = D{qid0 + q}-{d}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def letor_files(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("letor")
+    rng = np.random.default_rng(0)
+    _write_letor(root / "train.txt", rng, 40, 10, 1)
+    _write_letor(root / "vali.txt", rng, 15, 10, 100)
+    _write_letor(root / "test.txt", rng, 15, 10, 200)
+    return root
+
+
+def _spec_dict(root: Path, **extra) -> dict:
+    data = {
+        "name": "tiny",
+        "convention": "letor4",
+        "baseline": "lightgbm-lambdarank",
+        "datasets": [{"name": "synthetic", "train": str(root / "train.txt"), "valid": str(root / "vali.txt"),
+                      "test": str(root / "test.txt")}],
+        "neural": {"training": {"epochs": 2, "batch_size": 16, "list_size": 10}},
+        "losses": ["neural_ndcg"],
+        "models": [{"label": "linear", "kind": "linear"}],
+        "gbdt": [{"library": "lightgbm", "objective": "lambdarank", "num_boost_round": 15,
+                  "early_stopping_rounds": 5, "params": {"min_data_in_leaf": 5}}],
+    }
+    data.update(extra)
+    return data
+
+
+# ------------------------------------------------------------------------------ spec
+def test_spec_expands_grid(letor_files):
+    spec = spec_from_dict(_spec_dict(letor_files, seeds=[0, 1]))
+    cells = expand(spec)
+    assert [c.method for c in cells] == ["neural_ndcg-linear"] * 2 + ["lightgbm-lambdarank"] * 2
+    assert len({c.run_id for c in cells}) == 4
+    assert len({c.fingerprint() for c in cells}) == 4
+    mq = spec_from_dict({**_spec_dict(letor_files),
+                         "datasets": [{"name": "mq2008", "mq2008_folds": [1, 2, 3]}]})
+    assert sorted({c.fold for c in expand(mq)}) == [1, 2, 3]
+    assert expand(mq)[0].settings["config"]["data"] == {"mq2008_fold": 1}
+
+
+def test_spec_lists_every_problem(letor_files):
+    bad = _spec_dict(letor_files, baseline="nope", select_by="ndcg@7")
+    bad["losses"] = ["neural_ndcg", {"name": "no_such_loss"}, {"name": "approx_ndcg", "options": {"tau": 1}}]
+    bad["datasets"][0]["test"] = str(letor_files / "missing.txt")
+    bad["gbdt"].append({"library": "xgboost", "objective": "lambdarank"})
+    bad["gbdt"].append({"library": "lightgbm", "objective": "lambdarank", "params": {"objective": "x"}})
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(bad, source="grid.yaml")
+    message = str(info.value)
+    assert message.startswith("grid.yaml: ")
+    for fragment in ("baseline: 'nope'", "select_by", "no_such_loss", "['tau']", "datasets.0.test",
+                     "gbdt.1.objective", "gbdt.2.params", "label 'lightgbm-lambdarank' is used twice"):
+        assert fragment in message, fragment
+
+
+@pytest.mark.parametrize(("patch", "fragment"), [
+    ({"colour": 1}, "colour: unknown key"),
+    ({"datasets": [{"name": "m", "mq2008_folds": [0]}]}, "datasets.0.mq2008_folds.0"),
+    ({"datasets": [{"name": "m", "mq2008_folds": [1], "train": "x"}]}, "exclusive"),
+    ({"losses": [], "models": [], "gbdt": []}, "the grid is empty"),
+    ({"neural": {"optimizer": {"lr": -1}}}, "optimizer.lr"),
+    ({"metrics": ["ndcg@10", "bogus"]}, "metrics.1"),
+    ({"alpha": 1.5}, "alpha"),
+    ({"neural": {"model": {"kind": "mlp"}}}, "neural.model: set by the grid"),
+    ({"losses": [{"name": "approx_ndcg", "options": {"discount": {"shallow": 3.0, "n": 10}}}]},
+     "losses.0.options: alpha"),
+    ({"losses": [{"name": "approx_ndcg", "options": {"discount": {"alpha": 0.5}}}]}, "losses.0.options"),
+])
+def test_spec_errors_name_the_key(letor_files, patch, fragment):
+    with pytest.raises(ConfigError, match="problem") as info:
+        spec_from_dict(_spec_dict(letor_files, **patch))
+    assert fragment in str(info.value)
+
+
+def test_load_spec_resolves_relative_paths(letor_files, tmp_path):
+    spec_path = letor_files / "grid.yaml"
+    data = _spec_dict(letor_files)
+    data["datasets"][0].update(train="train.txt", valid="vali.txt", test="test.txt")
+    spec_path.write_text(yaml.safe_dump(data))
+    cells = expand(load_spec(spec_path))
+    assert cells[-1].settings["data"]["train"] == str((letor_files / "train.txt").resolve())
+    (tmp_path / "broken.yaml").write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml: not valid YAML"):
+        load_spec(tmp_path / "broken.yaml")
+
+
+# ------------------------------------------------------------------------------ GBDT
+@pytest.mark.parametrize(("library", "objective"), [
+    ("lightgbm", "lambdarank"), ("lightgbm", "rank_xendcg"),
+    ("xgboost", "rank:pairwise"), ("xgboost", "rank:ndcg"),
+])
+def test_gbdt_learns_and_keeps_row_order(letor_files, library, objective):
+    train = load_letor(letor_files / "train.txt")
+    valid = load_letor(letor_files / "vali.txt")
+    test = load_letor(letor_files / "test.txt")
+    params = {"min_data_in_leaf": 5} if library == "lightgbm" else {}
+    fitted = fit_gbdt(train, valid, library=library, objective=objective, num_boost_round=40,
+                      early_stopping_rounds=10, params=params)
+    assert 1 <= fitted.best_iteration <= fitted.rounds_run <= 40
+    scores = fitted.predict(test)
+    got = mean_metrics(evaluate_flat(scores, test.labels, offsets=test.offsets, metrics=["ndcg@5"],
+                                     convention="lightgbm"))["ndcg@5"]
+    # The label is a noisy threshold of feature 1: ranking by feature 1 itself is the oracle-ish bar.
+    by_feature = mean_metrics(evaluate_flat(test.features[:, 0], test.labels, offsets=test.offsets,
+                                            metrics=["ndcg@5"], convention="lightgbm"))["ndcg@5"]
+    shuffled = mean_metrics(evaluate_flat(-test.features[:, 0], test.labels, offsets=test.offsets,
+                                          metrics=["ndcg@5"], convention="lightgbm"))["ndcg@5"]
+    assert got > shuffled + 0.2
+    assert got > by_feature - 0.1
+    # Row order: predicting a reversed copy of the features gives the reversed scores.
+    rev = test.with_features(test.features[::-1].copy())
+    np.testing.assert_allclose(fitted.predict(rev)[::-1], scores, rtol=1e-6)
+
+
+def test_gbdt_rejects_reserved_params(letor_files):
+    train = load_letor(letor_files / "train.txt")
+    with pytest.raises(ConfigError, match="set by the harness"):
+        fit_gbdt(train, None, library="lightgbm", objective="lambdarank", params={"eval_at": [3]})
+    with pytest.raises(ConfigError, match="objective"):
+        fit_gbdt(train, None, library="lightgbm", objective="rank:ndcg")
+
+
+@pytest.mark.parametrize(("objective", "ndcg1", "ndcg3"), [("lambdarank", 0.5674, 0.578),
+                                                           ("rank_xendcg", 0.6211, 0.6253)])
+def test_lightgbm_example_thresholds(shared_dir, objective, ndcg1, ndcg3):
+    # LightGBM's own test suite: 50 rounds on rank.train, early-stopped on rank.test (its protocol,
+    # so here valid = test), NDCG under LightGBM's convention; selection on NDCG@3.
+    root = shared_dir / "data" / "LightGBM-lambdarank"
+    train = load_letor(root / "rank.train.gz")
+    test = load_letor(root / "rank.test.gz", n_features=train.n_features)
+    fitted = fit_gbdt(train, test, library="lightgbm", objective=objective, num_boost_round=50,
+                      early_stopping_rounds=10, eval_at=3)
+    got = mean_metrics(evaluate_flat(fitted.predict(test), test.labels, offsets=test.offsets,
+                                     metrics=["ndcg@1", "ndcg@3"], convention="lightgbm"))
+    assert got["ndcg@1"] > ndcg1
+    assert got["ndcg@3"] > ndcg3
+
+
+# ------------------------------------------------------------------------------ stats
+def _student_t3_sf(t: float) -> float:
+    # Closed-form survival function of Student's t with 3 degrees of freedom.
+    u = t / math.sqrt(3.0)
+    return 0.5 - (u / (1 + u * u) + math.atan(u)) / math.pi
+
+
+def test_paired_ttest_hand_check():
+    a = [0.5, 0.7, 0.9, 1.1]
+    b = [0.4, 0.5, 0.6, 0.7]  # differences 0.1, 0.2, 0.3, 0.4
+    result = paired_ttest(a, b)
+    # mean 0.25, sd sqrt(1/60) = 0.129099, t = 0.25 / (0.129099 / 2) = 3.872983
+    assert result.n == 4
+    assert result.mean_difference == pytest.approx(0.25)
+    assert result.statistic == pytest.approx(0.25 / (math.sqrt(1 / 60) / 2))
+    assert result.pvalue == pytest.approx(2 * _student_t3_sf(result.statistic), rel=1e-9)
+    assert result.pvalue == pytest.approx(0.03047, abs=1e-5)
+    assert result.direction(0.05) == 1 and result.direction(0.01) == 0
+    swapped = paired_ttest(b, a)
+    assert swapped.statistic == pytest.approx(-result.statistic) and swapped.direction() == -1
+
+
+def test_paired_ttest_degenerate_cases():
+    assert paired_ttest([1, 2, np.nan], [1, 2, 3]).pvalue == 1.0  # NaN pair dropped, identical rest
+    constant = paired_ttest([1, 2, 3], [0, 1, 2])
+    assert constant.pvalue == 0.0 and constant.direction() == 1
+    assert math.isnan(paired_ttest([1.0], [0.0]).pvalue)
+    # Rounding noise in a constant difference is not a distribution (scipy would warn and misjudge).
+    noisy = paired_ttest([0.41 - 0.31, 0.6 - 0.5], [0.0, 0.0])
+    assert noisy.pvalue == 0.0
+    with pytest.raises(SmoothrankError, match="pair up"):
+        paired_ttest([1, 2], [1, 2, 3])
+
+
+def test_mean_std():
+    mean, std, n = mean_std([0.2, 0.4, float("nan"), 0.9])
+    assert (mean, n) == (pytest.approx(0.5), 3)
+    assert std == pytest.approx(math.sqrt(((0.3) ** 2 + 0.1 ** 2 + 0.4 ** 2) / 2))
+    assert math.isnan(mean_std([0.3])[1])
+
+
+# ------------------------------------------------------------------------------ report
+def _fake(method: str, fold: int, test: list[float], train_value: float, seed: int = 0) -> dict:
+    return {"dataset": "mq2008", "method": method, "fold": fold, "seed": seed,
+            "kind": "gbdt" if method == "base" else "neural",
+            "metrics": {"test": {"ndcg@1": float(np.mean(test))}, "train": {"ndcg@1": train_value}},
+            "per_query": {"qids": [f"{fold}-{i}" for i in range(len(test))], "ndcg@1": test}}
+
+
+def test_summary_hand_check():
+    rng = np.random.default_rng(1)
+    base = {f: list(rng.uniform(0, 0.5, size=20)) for f in (1, 2)}
+    better = {f: [v + 0.3 + 0.01 * i for i, v in enumerate(base[f])] for f in (1, 2)}
+    results = [_fake("base", f, base[f], 0.5) for f in (1, 2)]
+    results += [_fake("ours", f, better[f], 0.6 + 0.1 * f) for f in (1, 2)]
+    rows = summarize(results, metrics=["ndcg@1"], baseline="base", alpha=0.05)
+    ours = {r["split"]: r for r in rows if r["method"] == "ours"}
+    fold_means = [np.mean(better[1]), np.mean(better[2])]
+    assert ours["test"]["mean"] == pytest.approx(np.mean(fold_means))
+    assert ours["test"]["std"] == pytest.approx(np.std(fold_means, ddof=1))
+    assert ours["train"]["mean"] == pytest.approx(0.75)
+    assert ours["test"]["n_queries"] == 40 and ours["test"]["significant"] == 1
+    pooled = paired_ttest(better[1] + better[2], base[1] + base[2])
+    assert ours["test"]["p_value"] == pytest.approx(pooled.pvalue)
+    base_row = next(r for r in rows if r["method"] == "base" and r["split"] == "test")
+    assert base_row["baseline"] == "" and math.isnan(base_row["p_value"])
+
+    text = format_markdown(rows, metrics=["ndcg@1"], title="T", convention="letor4", baseline="base",
+                           alpha=0.05, command="smoothrank experiment x.yaml")
+    assert "`smoothrank experiment x.yaml`" in text
+    line = next(x for x in text.splitlines() if x.startswith("| ours |"))
+    assert line == f"| ours | {np.mean(fold_means):.4f} ± {np.std(fold_means, ddof=1):.4f} ▲ |"
+    assert "| RankBoost (published) | 0.3856 |" in text  # mq2008 under letor4
+    assert "(published)" not in format_markdown(rows, metrics=["ndcg@1"], title="T", convention="lightgbm",
+                                                baseline="base", alpha=0.05)
+    parsed = list(csv.DictReader(io.StringIO(format_csv(rows))))
+    assert {(r["method"], r["split"]) for r in parsed} == {("base", "test"), ("base", "train"),
+                                                           ("ours", "test"), ("ours", "train")}
+    assert float(next(r for r in parsed if r["method"] == "ours" and r["split"] == "test")["mean"]) == \
+        pytest.approx(np.mean(fold_means), abs=1e-5)
+
+
+def test_seeds_are_averaged_within_a_fold():
+    results = [_fake("m", 1, [0.2, 0.4], 0.1, seed=0), _fake("m", 1, [0.4, 0.6], 0.3, seed=1)]
+    row = next(r for r in summarize(results, metrics=["ndcg@1"]) if r["split"] == "train")
+    assert row["mean"] == pytest.approx(0.2) and row["n_folds"] == 1 and row["n_runs"] == 2
+
+
+# ------------------------------------------------------------------------------ runner
+def test_runner_is_resumable(letor_files, tmp_path):
+    spec = spec_from_dict(_spec_dict(letor_files))
+    out = tmp_path / "out"
+    first = run_experiment(spec, out)
+    assert len(first.ran) == 2 and first.skipped == []
+    stored = {r["run_id"]: r for r in load_results(out)}
+    assert set(stored) == set(first.ran)
+    neural = stored["synthetic--files--neural_ndcg-linear--seed0"]
+    assert 1 <= neural["selection"]["best_epoch"] <= 2
+    assert len(neural["per_query"]["qids"]) == 15 and len(neural["per_query"]["ndcg@10"]) == 15
+    assert set(neural["metrics"]) == {"train", "valid", "test"}
+    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/result.json")}
+
+    second = run_experiment(spec, out)
+    assert second.ran == [] and sorted(second.skipped) == sorted(first.ran)
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/result.json")} == mtimes
+    assert [r["metrics"] for r in second.results] == [r["metrics"] for r in first.results]
+
+    # One result removed: only that run is redone, with the same numbers (seeded).
+    gbdt_result = out / "runs" / "synthetic--files--lightgbm-lambdarank--seed0" / "result.json"
+    before = json.loads(gbdt_result.read_text())
+    gbdt_result.unlink()
+    third = run_experiment(spec, out)
+    assert third.ran == ["synthetic--files--lightgbm-lambdarank--seed0"]
+    assert json.loads(gbdt_result.read_text())["metrics"] == before["metrics"]
+
+    # The spec changed under a finished run: refuse to mix stale results.
+    changed = spec_from_dict(_spec_dict(letor_files, gbdt=[{"library": "lightgbm", "objective": "lambdarank",
+                                                            "num_boost_round": 16}]))
+    with pytest.raises(ConfigError, match="other settings"):
+        run_experiment(changed, out)
+
+
+def test_parallel_workers_match_serial(letor_files, tmp_path):
+    data = _spec_dict(letor_files, losses=[], models=[], baseline=None)
+    data["gbdt"].append({"library": "xgboost", "objective": "rank:ndcg", "num_boost_round": 10})
+    spec = spec_from_dict(data)
+    serial = run_experiment(spec, tmp_path / "serial")
+    parallel = run_experiment(spec, tmp_path / "parallel", workers=2)
+    assert sorted(parallel.ran) == sorted(serial.ran)
+    assert [r["metrics"] for r in parallel.results] == [r["metrics"] for r in serial.results]
+
+
+def test_cli_experiment(letor_files, tmp_path, capsys):
+    spec_path = tmp_path / "grid.yaml"
+    spec_path.write_text(yaml.safe_dump(_spec_dict(letor_files, losses=[], models=[], baseline=None)))
+    out = tmp_path / "out"
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
+    assert "1 run(s) done, 0 skipped" in capsys.readouterr().out
+    written = {p.name for p in out.iterdir()}
+    assert written >= {"summary.md", "summary.csv", "summary.json", "spec.yaml", "runs"}
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
+    assert "0 run(s) done, 1 skipped" in capsys.readouterr().out
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0
+    assert "finished" in capsys.readouterr().out
+    assert cli_main(["experiment", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+    assert cli_main(["experiment", str(spec_path), "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
+
+
+def test_shallow_training_discount(letor_files, tmp_path):
+    # SoftRank section 4.7: a shallower discount, given in YAML as {shallow: ALPHA, n: N}.
+    loss = {"name": "approx_ndcg", "label": "approx_shallow",
+            "options": {"discount": {"shallow": 0.0, "n": 10}}}
+    spec = spec_from_dict(_spec_dict(letor_files, losses=[loss], gbdt=[], baseline=None,
+                                     neural={"training": {"epochs": 1, "batch_size": 16, "list_size": 10}}))
+    outcome = run_experiment(spec, tmp_path / "out")
+    (result,) = outcome.results
+    assert result["method"] == "approx_shallow-linear"
+    assert all(math.isfinite(v) for v in result["metrics"]["test"].values())
+    train_dir = tmp_path / "out" / "runs" / result["run_id"] / "train"
+    saved = yaml.safe_load((train_dir / "config.yaml").read_text())
+    assert saved["loss"]["options"]["discount"] == {"shallow": 0.0, "n": 10}
+
+
+@pytest.mark.parametrize("library", ["lightgbm", "xgboost"])
+def test_gbdt_early_stopping_on_a_custom_criterion(letor_files, library):
+    train = load_letor(letor_files / "train.txt")
+    valid = load_letor(letor_files / "vali.txt")
+
+    def criterion(scores: np.ndarray) -> float:
+        per_query = evaluate_flat(scores, valid.labels, offsets=valid.offsets, metrics=["ndcg@3"],
+                                  convention="letor4")
+        return mean_metrics(per_query)["ndcg@3"]
+
+    objective = "lambdarank" if library == "lightgbm" else "rank:ndcg"
+    fitted = fit_gbdt(train, valid, library=library, objective=objective, num_boost_round=60,
+                      early_stopping_rounds=8, select=criterion, select_name="crit")
+    curve = [row["valid_crit"] for row in fitted.history]
+    assert len(curve) == fitted.rounds_run
+    # The kept iteration is the best one seen, and predicting with it reproduces that value.
+    assert curve[fitted.best_iteration - 1] == pytest.approx(max(curve))
+    assert criterion(fitted.predict(valid)) == pytest.approx(max(curve), abs=1e-6)
+
+
+def test_failed_run_is_reported_and_retried(letor_files, tmp_path, capsys):
+    root = tmp_path / "data"
+    root.mkdir()
+    for name in ("train.txt", "vali.txt"):
+        (root / name).write_text((letor_files / name).read_text())
+    good_test = (letor_files / "test.txt").read_text()
+    (root / "test.txt").write_text(good_test + "1 qid:999 1:oops\n")
+    data = _spec_dict(root, losses=[], models=[], baseline=None)
+    spec_path = tmp_path / "grid.yaml"
+    spec_path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    outcome = run_experiment(spec_from_dict(data), out)
+    assert outcome.results == [] and list(outcome.failed) == ["synthetic--files--lightgbm-lambdarank--seed0"]
+    assert "test.txt" in next(iter(outcome.failed.values()))
+    assert not list(out.glob("runs/*/result.json"))
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 1
+    assert "1 run(s) failed" in capsys.readouterr().err
+    (root / "test.txt").write_text(good_test)  # fixed: the next invocation retries the run
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
+    assert "1 run(s) done, 0 skipped" in capsys.readouterr().out
+
+
+def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_path):
+    from smoothrank.experiments.runner import _load_splits
+    from smoothrank.training import train
+    from smoothrank.training.config import config_from_dict
+
+    data = _spec_dict(letor_files, gbdt=[], baseline=None,
+                      neural={"training": {"epochs": 3, "batch_size": 16, "list_size": 10}})
+    spec = spec_from_dict(data)
+    (cell,) = expand(spec)
+    # An interruption after epoch 1: the trainer's checkpoint exists, result.json does not.
+    splits = _load_splits(cell.settings["config"]["data"])
+    splits.pop("test")
+    train_dir = tmp_path / "resumed" / "runs" / cell.run_id / "train"
+    train(config_from_dict(cell.settings["config"]), run_dir=train_dir, splits=splits, quiet=True,
+          stop_after_epoch=1)
+    assert (train_dir / "checkpoint.pt").is_file()
+    resumed = run_experiment(spec, tmp_path / "resumed").results[0]
+    fresh = run_experiment(spec, tmp_path / "fresh").results[0]
+    assert resumed["selection"]["resumed"] is True and fresh["selection"]["resumed"] is False
+    assert resumed["selection"]["epochs_run"] == 3
+    assert resumed["metrics"] == fresh["metrics"]
+    # The trainer never saw the test split: its own summary has no test metrics.
+    summary = json.loads((train_dir / "summary.json").read_text())
+    assert summary["test"] == {}
+
+
+@pytest.mark.parametrize(("name", "n_runs"), [("mq2008", 140), ("mq2008_gbdt_fold1", 4),
+                                              ("lightgbm_example", 13), ("mslr_sample", 6)])
+def test_shipped_specs_are_valid(shared_dir, name, n_runs):
+    # The shipped specs must keep validating as the losses and the trainer evolve.
+    spec = load_spec(Path(__file__).resolve().parent.parent / "experiments" / f"{name}.yaml")
+    cells = expand(spec)
+    assert len(cells) == n_runs
+    assert spec.baseline in {c.method for c in cells}

@@ -1,0 +1,138 @@
+"""Plots: the curves behind each figure against hand values and independent references; valid PNGs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from smoothrank import plots
+from smoothrank.cli import main as cli_main
+from smoothrank.errors import DataFormatError, SmoothrankError
+from smoothrank.experiments.report import format_csv, summarize
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_png(path: Path, min_width: int = 300) -> None:
+    import matplotlib.image as mpimg
+
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    image = mpimg.imread(path)
+    assert image.shape[1] >= min_width and image.shape[0] >= 200
+    assert float(image[..., :3].std()) > 0.01  # not a blank canvas
+    assert not list(path.parent.glob(".*.tmp")) and not list(path.parent.glob(f".{path.name}*"))
+
+
+def test_figure1_curves(tmp_path):
+    xs = np.array([-1.5, 0.5, 2.5, 3.5, 5.0])
+    data = plots.neuralndcg_figure1(tmp_path / "f1.png", xs=xs)
+    _assert_png(tmp_path / "f1.png")
+    # Hand values: y = [2, 1, 0, 0, 0], s = [4, 1, 0, 0, x]; ideal DCG = 3 + 1/log2(3).
+    ideal = 3 + 1 / math.log2(3)
+    expected = [1.0, 1.0, 3.5 / ideal, 3.5 / ideal, (3 / math.log2(3) + 0.5) / ideal]
+    np.testing.assert_allclose(data["ndcg"], expected, rtol=1e-12)
+    # Sinkhorn makes P-hat doubly stochastic: the quasi-sorted gains keep their sum, so NeuralNDCG <= 1.
+    assert np.all(data["with_sinkhorn"] <= 1 + 1e-6) and np.all(data["with_sinkhorn"] > 0)
+    assert np.all(np.isfinite(data["without_sinkhorn"]))
+    # Higher x pushes the irrelevant document up: the smooth curve decreases overall.
+    assert data["with_sinkhorn"][0] > data["with_sinkhorn"][-1]
+
+
+def test_figure2_small_temperature_recovers_ndcg(tmp_path):
+    xs = np.array([-0.5, 1.5, 2.5, 3.5, 6.0])  # away from the ties at 1, 2, 3, 4
+    data = plots.neuralndcg_figure2(tmp_path / "f2.png", temperatures=(0.01, 1.0), xs=xs)
+    _assert_png(tmp_path / "f2.png")
+    np.testing.assert_allclose(data["tau=0.01"], data["ndcg"], atol=1e-4)
+    assert np.abs(data["tau=1"] - data["ndcg"]).max() > 1e-3  # tau = 1 is visibly smooth
+    assert data["ndcg"][-1] == pytest.approx(1.0)  # x = 6 puts the label-5 document first: ideal order
+
+
+def test_softrank_figure_matches_contest_probabilities(tmp_path):
+    scores, sigma = (-0.5, -0.2, 0.4), 0.2
+    data = plots.softrank_figure(tmp_path / "sr.png", scores=scores, sigma=sigma)
+    _assert_png(tmp_path / "sr.png", min_width=800)
+    p = data["rank_probs"]
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
+    # Eq. 10: E[r_j] = sum_{i != j} pi_ij with pi_ij = Phi((s_i - s_j) / (sqrt(2) sigma)) (eq. 9).
+    s = np.asarray(scores)
+    pi = norm.cdf((s[:, None] - s[None, :]) / (math.sqrt(2) * sigma))
+    np.fill_diagonal(pi, 0.0)
+    np.testing.assert_allclose(p @ np.arange(3), pi.sum(axis=0), atol=1e-10)
+    assert p[2].argmax() == 0 and p[0].argmax() == 2  # the highest score is most likely ranked first
+    d = 1.0 / np.log2(np.arange(10) + 2.0)
+    assert float(data["expected_discount"]) == pytest.approx(float(data["long_rank_probs"][2] @ d))
+    with pytest.raises(SmoothrankError, match="document"):
+        plots.softrank_figure(tmp_path / "x.png", document=10)
+
+
+def _write_log(run_dir: Path, epochs: int = 4) -> None:
+    run_dir.mkdir(parents=True)
+    rows = [{"epoch": e, "lr": 1e-3, "loss": -0.5 - 0.05 * e, "valid_ndcg@10": 0.4 + 0.01 * e,
+             "valid_map": 0.45 + 0.005 * e, "reinitialized": False, "best_epoch": e, "seconds": 0.1,
+             "early_stopped": False} for e in range(1, epochs + 1)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_training_curves(tmp_path):
+    run = tmp_path / "exp" / "runs" / "r1" / "train"
+    _write_log(run)
+    # Both the trainer's folder and the experiment run folder above it are accepted.
+    data = plots.training_curves(run.parent, tmp_path / "curves.png")
+    _assert_png(tmp_path / "curves.png")
+    np.testing.assert_allclose(data["epoch"], [1, 2, 3, 4])
+    np.testing.assert_allclose(data["valid_ndcg@10"], [0.41, 0.42, 0.43, 0.44])
+    assert set(data) == {"epoch", "loss", "valid_ndcg@10", "valid_map"}
+    (run / "metrics.jsonl").write_text('{"epoch": 1, "loss": 0.1}\nnot json\n')
+    with pytest.raises(DataFormatError, match=r"metrics\.jsonl:2"):
+        plots.training_curves(run, tmp_path / "bad.png")
+
+
+def test_summary_bars(tmp_path):
+    results = []
+    for method, shift in (("a", 0.0), ("b", 0.1)):
+        for fold in (1, 2):
+            test = [0.3 + shift + 0.01 * fold, 0.5 + shift]
+            results.append({"dataset": "mq2008", "method": method, "fold": fold, "seed": 0, "kind": "neural",
+                            "metrics": {"test": {"ndcg@1": float(np.mean(test)), "map": 0.4 + shift},
+                                        "train": {"ndcg@1": 0.6, "map": 0.6}},
+                            "per_query": {"qids": ["q1", "q2"], "ndcg@1": test, "map": [0.4, 0.4]}})
+    csv_path = tmp_path / "summary.csv"
+    csv_path.write_text(format_csv(summarize(results, metrics=["ndcg@1", "map"], baseline="a")))
+    data = plots.summary_bars(csv_path, tmp_path / "bars.png")
+    _assert_png(tmp_path / "bars.png")
+    assert data["methods"] == ["a", "b"] and data["metrics"] == ["ndcg@1", "map"]
+    np.testing.assert_allclose(data["mean"], [[0.4075, 0.4], [0.5075, 0.5]], atol=1e-5)
+    with pytest.raises(SmoothrankError, match="--dataset"):
+        plots.summary_bars(csv_path, tmp_path / "x.png", dataset="nope")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(DataFormatError, match="not an experiment summary"):
+        plots.summary_bars(tmp_path / "other.csv", tmp_path / "x.png")
+
+
+@pytest.mark.parametrize("figure", ["figure1", "figure2", "softrank"])
+def test_cli_plot_figures(tmp_path, capsys, figure):
+    out = tmp_path / f"{figure}.png"
+    assert cli_main(["plot", figure, "--out", str(out)]) == 0
+    _assert_png(out)
+    assert str(out) in capsys.readouterr().out
+
+
+def test_cli_plot_errors(tmp_path, capsys):
+    run = tmp_path / "run"
+    _write_log(run)
+    assert cli_main(["plot", "curves", str(run), "--out", str(tmp_path / "c.png")]) == 0
+    _assert_png(tmp_path / "c.png")
+    capsys.readouterr()
+    assert cli_main(["plot", "curves", "--out", str(tmp_path / "c.png")]) == 2
+    assert "run directory" in capsys.readouterr().err
+    assert cli_main(["plot", "curves", str(tmp_path / "missing"), "--out", str(tmp_path / "c.png")]) == 2
+    assert "missing" in capsys.readouterr().err
+    assert cli_main(["plot", "figure1", "--out", str(tmp_path / "f.jpg")]) == 2
+    assert ".png" in capsys.readouterr().err
+    assert cli_main(["plot", "figure2", "--temperatures", "1,-2", "--out", str(tmp_path / "f.png")]) == 2
+    assert "--temperatures" in capsys.readouterr().err
