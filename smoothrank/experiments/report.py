@@ -128,7 +128,9 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
     for dataset in datasets:
         methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
         n_folds = max((r["n_folds"] for r in rows if r["dataset"] == dataset), default=0)
-        for split, label in (("test", "test"), ("train", "training")):
+        for split, label in (("test", "test"), ("valid", "validation"), ("train", "training")):
+            if not any(r["split"] == split for r in rows if r["dataset"] == dataset):
+                continue  # e.g. no validation split
             lines += [f"## {dataset}: {label} set ({n_folds} fold(s))", "",
                       "| method | " + " | ".join(metrics) + " |",
                       "|---|" + "---|" * len(metrics)]
