@@ -121,3 +121,15 @@ def test_reinitialize_resets_every_parameter():
         reinitialize(model)
         for name, p in model.named_parameters():
             assert not torch.equal(p, perturbed[name]), name
+
+
+def test_build_model_from_a_partial_dict_uses_the_defaults():
+    model = build_model({"kind": "context_aware", "n_blocks": 1}, 7)
+    assert isinstance(model, ContextAwareRanker)
+    scores = model(torch.randn(2, 5, 7), torch.ones(2, 5, dtype=torch.bool))
+    assert scores.shape == (2, 5)
+
+
+def test_build_model_rejects_unknown_options_by_name():
+    with pytest.raises(ConfigError, match=r"'mlp' takes no option.*n_blocks"):
+        build_model({"kind": "mlp", "n_blocks": 2}, 7)

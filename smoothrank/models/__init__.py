@@ -16,6 +16,7 @@ permutes the scores and nothing differs between training and inference (PITFALLS
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -195,19 +196,20 @@ def reinitialize(model: nn.Module) -> None:
 def build_model(spec: Any, n_features: int) -> nn.Module:
     """Build a scoring model from a model config (``smoothrank.training.config.ModelConfig`` or dict).
 
-    The spec is read, never modified (PITFALLS 17).
+    A dict needs only ``kind`` and the options that differ from the constructor's defaults. The
+    spec is read, never modified (PITFALLS 17).
     """
     options = dict(spec) if isinstance(spec, dict) else spec.model_dump()
     kind = options.pop("kind", None)
-    if kind == "linear":
-        return LinearScorer(n_features)
-    if kind == "mlp":
-        return MLPScorer(n_features, hidden=tuple(options["hidden"]), activation=options["activation"],
-                         dropout=options["dropout"], norm=options["norm"],
-                         output_activation=options["output_activation"])
-    if kind == "context_aware":
-        return ContextAwareRanker(n_features, input_dim=options["input_dim"], n_blocks=options["n_blocks"],
-                                  n_heads=options["n_heads"], hidden=options["hidden"],
-                                  dropout=options["dropout"], input_activation=options["input_activation"],
-                                  output_activation=options["output_activation"])
+    builder = _BUILDERS.get(kind)
+    if builder is not None:
+        unknown = sorted(set(options) - set(inspect.signature(builder).parameters))
+        if unknown:
+            raise ConfigError(f"model: {kind!r} takes no option(s) {', '.join(unknown)}")
+        return builder(n_features, **options)
     raise ConfigError(f"model.kind: unknown model {kind!r}; expected 'linear', 'mlp' or 'context_aware'")
+
+
+_BUILDERS: dict[str, type[nn.Module]] = {
+    "linear": LinearScorer, "mlp": MLPScorer, "context_aware": ContextAwareRanker,
+}
