@@ -1,0 +1,104 @@
+"""Benchmark: training throughput (queries per second) of the scoring models.
+
+Usage::
+
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_training.py              # CPU
+    .venv/bin/python benchmarks/bench_training.py --device cuda --threads 16            # on a GPU
+
+One training step = model forward on a (batch, list_size, n_features) slate, the loss, backward and
+an Adam step. The Context-Aware Ranker runs at the NeuralNDCG paper's configuration (input layer 96,
+2 encoder blocks, 1 head, hidden 384, tanh output; batch 64 x 240 slates, section 5.2) on MQ2008's
+46 features and MSLR-WEB's 136. Inputs are random with 20% of the positions padded (anywhere in a
+row), labels 0..4. The figure is the median over rounds of ``batch / step time``, after warm-up.
+Models and losses alternate inside each round so that a load spike hits them alike; the load
+average (``uptime``) is printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+
+import torch
+
+from smoothrank import losses
+from smoothrank.models import build_model
+
+MODELS = {
+    "context_aware (paper)": {"kind": "context_aware", "input_dim": 96, "n_blocks": 2, "n_heads": 1,
+                              "hidden": 384, "dropout": 0.1, "output_activation": "tanh"},
+    "mlp [64, 32]": {"kind": "mlp", "hidden": [64, 32]},
+}
+
+
+def make_batch(batch: int, list_size: int, n_features: int, device: str, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    features = torch.randn(batch, list_size, n_features, generator=gen)
+    labels = torch.randint(0, 5, (batch, list_size), generator=gen).float()
+    mask = torch.rand(batch, list_size, generator=gen) > 0.2
+    return features.to(device), labels.to(device), mask.to(device)
+
+
+def step_seconds(model, loss_fn, optimizer, features, labels, mask, reps: int) -> float:
+    def once() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(features, mask), labels, mask=mask)
+        loss.backward()
+        optimizer.step()
+
+    once()  # warm-up
+    if features.is_cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(reps):
+        once()
+    if features.is_cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / reps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--list-size", type=int, default=240)
+    parser.add_argument("--features", type=int, nargs="+", default=[46, 136])
+    parser.add_argument("--losses", default="neural_ndcg,lambda_rank,soft_ndcg")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    cases = []
+    for n_features in args.features:
+        batch = make_batch(args.batch, args.list_size, n_features, args.device)
+        for model_name, spec in MODELS.items():
+            model = build_model(dict(spec), n_features).to(args.device).train()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for loss_name in args.losses.split(","):
+                cases.append(((model_name, n_features, loss_name), model, losses.get(loss_name),
+                              optimizer, batch))
+    times: dict[tuple, list[float]] = {key: [] for key, *_ in cases}
+    for _ in range(args.rounds):
+        for key, model, loss_fn, optimizer, (features, labels, mask) in cases:
+            times[key].append(step_seconds(model, loss_fn, optimizer, features, labels, mask, args.reps))
+
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"device {args.device}, {args.threads} threads, float32, batch {args.batch} x {args.list_size}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}, torch {torch.__version__}")
+    print(f"load: {load}\n")
+    print("| model | features | loss | step (ms) | queries / s |")
+    print("|---|---|---|---|---|")
+    for (model_name, n_features, loss_name), values in times.items():
+        median = statistics.median(values)
+        print(f"| {model_name} | {n_features} | {loss_name} | {median * 1e3:.0f} | "
+              f"{args.batch / median:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
