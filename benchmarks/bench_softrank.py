@@ -1,4 +1,5 @@
-"""Benchmark of SoftNDCG (exact, exact@10, normal, hybrid) against this project's NeuralNDCG.
+"""Benchmark of SoftNDCG (exact, exact@10, normal, hybrid) against NeuralNDCG (this project's and
+allRank 1.4.3's, the issue's reference), with the issue's targets checked on the same run.
 
 Forward + backward of the loss alone, float32, ``--threads`` threads (default 2), random scores and
 graded labels. Every (case, size) runs in a fresh subprocess, so that its peak resident memory
@@ -10,8 +11,9 @@ machine: small operations otherwise stall up to 40x with 2 threads under load.
     .venv/bin/python benchmarks/bench_softrank.py                      # 64 x 240 and the scaling table
     .venv/bin/python benchmarks/bench_softrank.py --sizes 64x240 --rounds 5 --out bench.json
 
-Reference figures (not run here): allRank 1.4.3 neuralNDCG 3.7 s at 64 x 240 and 33.6 s at
-16 x 1000 on this kind of machine (/work/shared/PERFORMANCE-NOTES.md).
+allRank 1.4.3 is installed into /tmp with ``pip --no-deps --target`` and its unused imports stubbed
+(``benchmarks/bench_losses.py``); it runs at n < 1000 unless ``--peer-large`` (7 GiB, ~35 s a run).
+At 64 x 240 the script prints each target's same-round ratio and PASS/FAIL.
 """
 
 from __future__ import annotations
@@ -32,7 +34,17 @@ CASES = {
     "soft_ndcg hybrid(10)": {"loss": "soft_ndcg", "options": {"method": "hybrid", "n_exact": 10}},
     "soft_ndcg exact+sinkhorn": {"loss": "soft_ndcg", "options": {"method": "exact", "sinkhorn": True}},
     "neural_ndcg (this project)": {"loss": "neural_ndcg", "options": {}},
+    "allRank 1.4.3 neuralNDCG": {"loss": "allRank:neural_ndcg", "options": {}},
 }
+PEER_CASE = "allRank 1.4.3 neuralNDCG"
+
+# The issue's targets at 64 x 240: (case, reference case, max time ratio, max peak delta MiB).
+TARGETS = [
+    ("soft_ndcg exact", PEER_CASE, 0.5, 250.0),
+    ("soft_ndcg exact@10", PEER_CASE, 0.1, None),
+    ("soft_ndcg normal", "neural_ndcg (this project)", 1.0, None),
+]
+TARGET_SIZE = "64x240"
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -48,8 +60,14 @@ def hwm_kib():
 import torch
 torch.set_num_threads(spec["threads"])
 import smoothrank.losses as losses
+if spec["loss"].startswith("allRank:"):
+    # allRank 1.4.3, installed and import-stubbed as in benchmarks/bench_losses.py
+    sys.path.insert(0, spec["bench_dir"])
+    from bench_losses import _loss_callable
+    loss_fn = _loss_callable("allRank", spec["loss"].split(":", 1)[1])
+else:
+    loss_fn = losses.get(spec["loss"], **spec["options"])
 base = hwm_kib()
-loss_fn = losses.get(spec["loss"], **spec["options"])
 gen = torch.Generator().manual_seed(0)
 b, n = spec["batch"], spec["n"]
 scores = torch.randn(b, n, generator=gen)
@@ -70,7 +88,8 @@ print(json.dumps({"time_s": statistics.median(times), "delta_mib": (hwm_kib() - 
 
 
 def run_case(name: str, batch: int, n: int, *, threads: int, reps: int, timeout: float) -> dict | None:
-    spec = dict(CASES[name], batch=batch, n=n, threads=threads, reps=reps)
+    spec = dict(CASES[name], batch=batch, n=n, threads=threads, reps=reps,
+                bench_dir=str(Path(__file__).resolve().parent))
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(threads),
                NUMBA_NUM_THREADS=str(threads))
     try:
@@ -82,6 +101,24 @@ def run_case(name: str, batch: int, n: int, *, threads: int, reps: int, timeout:
         print(f"  {name} {batch}x{n} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def report_targets(at_size: dict[str, list[dict]]) -> None:
+    """Print each target's ratio (median over rounds of the same-round ratio) and PASS/FAIL."""
+    print(f"\ntargets at {TARGET_SIZE} (ratio = median over rounds of time / reference time in that round)")
+    for case, ref, max_ratio, max_mib in TARGETS:
+        pairs = [(a, b) for a, b in zip(at_size.get(case, []), at_size.get(ref, []), strict=False) if a and b]
+        if not pairs:
+            print(f"  {case} vs {ref}: not measured")
+            continue
+        ratio = statistics.median(a["time_s"] / b["time_s"] for a, b in pairs)
+        ok = ratio <= max_ratio
+        line = f"  {case}: {ratio:.3f} x {ref} (target <= {max_ratio})"
+        if max_mib is not None:
+            mib = statistics.median(a["delta_mib"] for a, _ in pairs)
+            ok = ok and mib < max_mib
+            line += f", peak delta {mib:.0f} MiB (target < {max_mib:.0f})"
+        print(f"{line}: {'PASS' if ok else 'FAIL'}")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -106,7 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
     parser.add_argument("--out", type=Path, help="write the raw results as JSON")
+    parser.add_argument("--no-peer", action="store_true", help="skip allRank")
+    parser.add_argument("--peer-large", action="store_true",
+                        help="also run allRank at n >= 1000 (about 7 GiB and 35 s per repetition)")
+    parser.add_argument("--peer-reps", type=int, default=2, help="timed repetitions of allRank")
     args = parser.parse_args(argv)
+    if args.no_peer and PEER_CASE in args.cases:
+        args.cases.remove(PEER_CASE)
+    if PEER_CASE in args.cases:
+        from bench_losses import install_peer
+
+        note = install_peer()
+        if note:
+            print(f"note: {note}")
+            args.cases.remove(PEER_CASE)
 
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     results: dict[str, dict[str, list[dict]]] = {}
@@ -114,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         for size in args.sizes:
             batch, n = parse_size(size)
             for name in args.cases:
-                res = run_case(name, batch, n, threads=args.threads, reps=args.reps, timeout=args.timeout)
+                if name == PEER_CASE and n >= 1000 and not args.peer_large:
+                    continue
+                reps = args.peer_reps if name == PEER_CASE else args.reps
+                res = run_case(name, batch, n, threads=args.threads, reps=reps, timeout=args.timeout)
                 results.setdefault(size, {}).setdefault(name, []).append(res or {})
                 shown = ("failed/timeout" if res is None
                          else f"{res['time_s']:.3f} s, delta {res['delta_mib']:.0f} MiB")
@@ -124,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.cases:
         cells = []
         for size in args.sizes:
-            runs = [r for r in results[size][name] if r]
+            runs = [r for r in results[size].get(name, []) if r]
             if not runs:
                 cells.append("n/a")
                 continue
@@ -132,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             m = statistics.median(r["delta_mib"] for r in runs)
             cells.append(f"{t * 1000:.0f} ms, Δ{m:.0f} MiB")
         print(f"| {name} | {' | '.join(cells)} |")
+    report_targets(results.get(TARGET_SIZE, {}))
     if args.out:
         write_json_atomic(args.out, {"threads": args.threads, "results": results})
     return 0

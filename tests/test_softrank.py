@@ -150,6 +150,54 @@ def test_numba_and_torch_paths_agree(dtype: torch.dtype, max_rank: int | None) -
     assert out[0].dtype == dtype and grads[0].dtype == dtype
 
 
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("max_rank", [None, 7])
+def test_blocked_chunked_kernel_matches_the_torch_path(dtype: torch.dtype, max_rank: int | None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scores -> p on the blocked kernels (documents in SIMD lanes, several blocks per query, the batch
+    cut into query chunks) against the pure-PyTorch recursion with autograd through the contests."""
+    from smoothrank.softrank import _numba, rank_binomial
+
+    n = _numba.BLOCK + 37  # two blocks, the second one partial
+    monkeypatch.setattr(rank_binomial, "CHUNK_ENTRIES", 2 * n * n)  # chunks of 2 queries
+    g = torch.Generator().manual_seed(12)
+    scores = (torch.randn(5, n, generator=g, dtype=dtype) * 2).requires_grad_()
+    mask = torch.rand(5, n, generator=g) > 0.2
+    mask[3] = False  # a fully padded query
+    weights = torch.randn(5, n, n if max_rank is None else max_rank, generator=g, dtype=dtype)
+    out, grads = [], []
+    for backend in ("numba", "torch"):
+        p = soft_rank(scores, sigma=0.7, mask=mask, max_rank=max_rank, backend=backend)
+        (grad,) = torch.autograd.grad((p * weights).sum(), scores)
+        out.append(p.detach())
+        grads.append(grad)
+    tol = 2e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(out[0], out[1], rtol=0, atol=tol)
+    torch.testing.assert_close(grads[0], grads[1], rtol=tol, atol=tol * 10)
+    assert float(grads[0][3].abs().sum()) == 0.0
+    if dtype == torch.float64 and max_rank is not None:  # float64 gradcheck across both blocks
+        x = scores[:1].detach().clone().requires_grad_()
+        torch.autograd.gradcheck(lambda s: soft_rank(s, sigma=0.7, mask=mask[:1], max_rank=3), (x,))
+
+
+def test_normal_and_hybrid_from_scores_match_the_autograd_formulas() -> None:
+    """The chunked moment Function (no (batch, n, n) tensor kept) against autograd through pi."""
+    g = torch.Generator().manual_seed(13)
+    scores = torch.randn(3, 40, generator=g, dtype=F64).requires_grad_()
+    mask = torch.rand(3, 40, generator=g) > 0.25
+    weights = torch.randn(3, 40, 40, generator=g, dtype=F64)
+    for method in ("normal", "hybrid"):
+        p = soft_rank(scores, sigma=0.9, mask=mask, method=method, n_exact=3)
+        (grad,) = torch.autograd.grad((p * weights).sum(), scores)
+        pi = pairwise_probabilities(scores, sigma=0.9, mask=mask)
+        ref = (normal_rank_distributions(pi, mask=mask) if method == "normal"
+               else hybrid_rank_distributions(pi, mask=mask, n_exact=3))
+        (ref_grad,) = torch.autograd.grad((ref * weights).sum(), scores)
+        torch.testing.assert_close(p, ref, rtol=0, atol=1e-13)
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("max_rank", [None, 2])
 def test_gradcheck_exact(backend: str, max_rank: int | None) -> None:

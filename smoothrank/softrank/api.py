@@ -6,7 +6,11 @@ import torch
 from torch import Tensor
 
 from smoothrank.errors import SmoothrankError
-from smoothrank.softrank.normal import hybrid_rank_distributions, normal_rank_distributions
+from smoothrank.softrank.normal import (
+    hybrid_rank_distributions,
+    score_hybrid_rank_distributions,
+    score_normal_rank_distributions,
+)
 from smoothrank.softrank.pairwise import check_sigma, default_mask, pairwise_probabilities
 from smoothrank.softrank.rank_binomial import can_fuse, rank_distributions, score_rank_distributions
 
@@ -69,18 +73,24 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
     inner_ranks = n if sinkhorn else n_ranks
     if n == 0:
         return scores.new_zeros(scores.shape[0], 0, 0)
+    safe = torch.where(mask, scores, torch.zeros_like(scores))
+    p = None
     if method == "exact" and can_fuse(scores, backend):
-        # The compiled kernel forms the contests itself: no (batch, n, n) tensor at all.
-        safe = torch.where(mask, scores, torch.zeros_like(scores))
+        # Compiled kernels, contests formed a chunk of queries at a time and never kept.
         p = score_rank_distributions(safe, sigma=sigma, mask=mask, max_rank=inner_ranks)
+    elif method == "normal":
+        # Moments by a chunked custom Function: no (batch, n, n) tensor kept for the backward.
+        p = score_normal_rank_distributions(safe, sigma=sigma, mask=mask, max_rank=inner_ranks)
+    elif method == "hybrid" and can_fuse(scores, backend):
+        p = score_hybrid_rank_distributions(safe, sigma=sigma, mask=mask, max_rank=inner_ranks,
+                                            n_exact=n_exact)
+    if p is not None:
         if sinkhorn:
             p = sinkhorn_rank_matrix(p, mask, max_iter=max_iter, tol=tol)[..., :n_ranks]
         return p
     pi = pairwise_probabilities(scores, sigma=sigma, mask=mask)
     if method == "exact":
         p = rank_distributions(pi, mask=mask, max_rank=inner_ranks, backend=backend)
-    elif method == "normal":
-        p = normal_rank_distributions(pi, mask=mask, max_rank=inner_ranks)
     else:
         p = hybrid_rank_distributions(pi, mask=mask, max_rank=inner_ranks, n_exact=n_exact, backend=backend)
     if sinkhorn:

@@ -22,11 +22,14 @@ the ends of the list), the normal approximation for the others.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from smoothrank.softrank.pairwise import default_mask
-from smoothrank.softrank.rank_binomial import rank_distributions
+from smoothrank.softrank.pairwise import default_mask, pair_mask
+from smoothrank.softrank.rank_binomial import _chunks, rank_distributions
 
 VARIANCE_FLOOR = 1e-6
 
@@ -53,20 +56,33 @@ def normal_rank_distributions(pi: Tensor, *, mask: Tensor | None = None,
     n = pi.shape[-1]
     mask = default_mask(pi[:, 0, :], mask)
     n_ranks = n if max_rank is None else min(int(max_rank), n)
-    mean = pi.sum(dim=1)
-    var = (pi * (1.0 - pi)).sum(dim=1)
+    return normal_from_moments(pi.sum(dim=1), (pi * (1.0 - pi)).sum(dim=1), mask, n_ranks)
+
+
+def normal_from_moments(mean: Tensor, var: Tensor, mask: Tensor, n_ranks: int) -> Tensor:
+    """The discretised, tail-folded normal distributions (module docstring) of ranks ``0..R-1``."""
     sd = var.clamp_min(VARIANCE_FLOOR).sqrt()
     n_real = mask.sum(dim=1, keepdim=True)  # (batch, 1)
-    ranks = torch.arange(n_ranks + 1, device=pi.device, dtype=pi.dtype) - 0.5  # edges r - 1/2
+    ranks = torch.arange(n_ranks + 1, device=mean.device, dtype=mean.dtype) - 0.5  # edges r - 1/2
     z = (ranks[None, None, :] - mean[..., None]) / sd[..., None]
     cdf = torch.special.ndtr(z)
-    edge_index = torch.arange(n_ranks + 1, device=pi.device)
+    edge_index = torch.arange(n_ranks + 1, device=mean.device)
     # Fold the tails: the lower edge of rank 0 is -inf, the upper edge of rank n_b - 1 is +inf.
     cdf = torch.where(edge_index[None, None, :] == 0, torch.zeros_like(cdf), cdf)
     upper = (edge_index[None, :] >= n_real)[:, None, :]  # edges at or beyond n_b - 1/2
     cdf = torch.where(upper, torch.ones_like(cdf), cdf)
     p = cdf[..., 1:] - cdf[..., :-1]
     return p * mask[..., None].to(p.dtype)
+
+
+def _extreme_documents(mean: Tensor, mask: Tensor, n_exact: int) -> Tensor:
+    """The ``n_exact`` real documents with the lowest and the ``n_exact`` with the highest ``mean``."""
+    big = torch.finfo(mean.dtype).max
+    best_key = torch.where(mask, mean, torch.full_like(mean, big))
+    worst_key = torch.where(mask, -mean, torch.full_like(mean, big))
+    order_best = best_key.argsort(dim=1, stable=True).argsort(dim=1, stable=True)
+    order_worst = worst_key.argsort(dim=1, stable=True).argsort(dim=1, stable=True)
+    return ((order_best < n_exact) | (order_worst < n_exact)) & mask
 
 
 def hybrid_rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_rank: int | None = None,
@@ -79,13 +95,126 @@ def hybrid_rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_ran
     """
     mask = default_mask(pi[:, 0, :], mask)
     with torch.no_grad():
-        mean = pi.sum(dim=1)
-        big = torch.finfo(mean.dtype).max
-        best_key = torch.where(mask, mean, torch.full_like(mean, big))
-        worst_key = torch.where(mask, -mean, torch.full_like(mean, big))
-        order_best = best_key.argsort(dim=1, stable=True).argsort(dim=1, stable=True)
-        order_worst = worst_key.argsort(dim=1, stable=True).argsort(dim=1, stable=True)
-        select = ((order_best < n_exact) | (order_worst < n_exact)) & mask
+        select = _extreme_documents(pi.sum(dim=1), mask, n_exact)
     exact = rank_distributions(pi, mask=mask, max_rank=max_rank, select=select, backend=backend)
     approx = normal_rank_distributions(pi, mask=mask, max_rank=max_rank)
+    return torch.where(select[..., None], exact, approx)
+
+
+# ----------------------------------------------------------------------------- from scores, chunked
+def _score_contests(scores: Tensor, mask: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
+    diff = scores[:, :, None] - scores[:, None, :]
+    pi = torch.special.ndtr(diff * (1.0 / (sigma * math.sqrt(2.0))))
+    return torch.where(pair_mask(mask), pi, torch.zeros_like(pi)), diff
+
+
+class ContestMoments(torch.autograd.Function):
+    """``scores -> (mu, v)``: ``mu_j = sum_i pi_ij``, ``v_j = sum_i pi_ij (1 - pi_ij)``, query chunk by chunk.
+
+    Autograd through ``pairwise_probabilities`` would keep several ``(batch, n, n)`` tensors until
+    the backward; here they live one chunk at a time and are recomputed in the backward, with the
+    exact gradient ``dL/dpi_ij = g_mu_j + g_v_j (1 - 2 pi_ij)`` turned into score gradients by eq. 20.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, scores: Tensor, mask: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(scores, mask)
+        ctx.sigma = sigma
+        batch, n = scores.shape
+        mean, var = scores.new_zeros(batch, n), scores.new_zeros(batch, n)
+        s = scores.detach()
+        for part in _chunks(batch, n):
+            pi, _ = _score_contests(s[part], mask[part], sigma)
+            mean[part] = pi.sum(dim=1)
+            var[part] = (pi * (1.0 - pi)).sum(dim=1)
+        return mean, var
+
+    @staticmethod
+    def backward(ctx: Any, grad_mean: Tensor, grad_var: Tensor) -> tuple[Tensor | None, None, None]:
+        scores, mask = ctx.saved_tensors
+        sigma = ctx.sigma
+        batch, n = scores.shape
+        grad = torch.zeros_like(scores)
+        s = scores.detach()
+        dens_scale = 1.0 / (2.0 * sigma * math.sqrt(math.pi))
+        for part in _chunks(batch, n):
+            m = mask[part]
+            pi, diff = _score_contests(s[part], m, sigma)
+            g = grad_mean[part][:, None, :] + grad_var[part][:, None, :] * (1.0 - 2.0 * pi)
+            x = diff * (0.5 / sigma)
+            w = torch.where(pair_mask(m), g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
+            grad[part] = w.sum(2) - w.sum(1)
+        return grad, None, None
+
+
+def _edge_cdf(mean: Tensor, sd: Tensor, mask: Tensor, n_ranks: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Edge CDF values ``c_e`` (tails folded), standardised edges ``u_e`` and the unfolded-edge mask."""
+    edges = torch.arange(n_ranks + 1, device=mean.device, dtype=mean.dtype) - 0.5
+    u = (edges[None, None, :] - mean[..., None]) / sd[..., None]
+    index = torch.arange(n_ranks + 1, device=mean.device)
+    free = (index[None, :] > 0) & (index[None, :] < mask.sum(dim=1, keepdim=True))  # (batch, R + 1)
+    free = free[:, None, :].expand_as(u)
+    lower_one = (index[None, :] >= mask.sum(dim=1, keepdim=True))[:, None, :].expand_as(u)
+    cdf = torch.where(free, torch.special.ndtr(u), lower_one.to(u.dtype))
+    return cdf, u, free
+
+
+class NormalFromMoments(torch.autograd.Function):
+    """``(mu, v) -> p`` of :func:`normal_from_moments` with a hand-written backward, chunk by chunk.
+
+    Autograd would keep about six ``(batch, n, R + 1)`` tensors; here only ``mu, sd`` are kept and
+    the backward recomputes the edges a chunk at a time. With ``c_e = Phi(u_e)``,
+    ``u_e = (e - 1/2 - mu) / sd`` on the unfolded edges and ``p_r = c_{r+1} - c_r``:
+    ``dL/dc_e = G_{e-1} - G_e``, ``dc_e/dmu = -phi(u_e) / sd``, ``dc_e/dsd = -phi(u_e) u_e / sd`` and
+    ``dsd/dv = 1 / (2 sd)`` above the variance floor (0 below it).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, mean: Tensor, var: Tensor, mask: Tensor, n_ranks: int) -> Tensor:
+        sd = var.clamp_min(VARIANCE_FLOOR).sqrt()
+        ctx.save_for_backward(mean, var, sd, mask)
+        ctx.n_ranks = n_ranks
+        batch, n = mean.shape
+        out = mean.new_empty(batch, n, n_ranks)
+        for part in _chunks(batch, math.isqrt(n * (n_ranks + 1))):
+            cdf, _, _ = _edge_cdf(mean[part], sd[part], mask[part], n_ranks)
+            out[part] = (cdf[..., 1:] - cdf[..., :-1]) * mask[part][..., None].to(cdf.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor, Tensor, None, None]:
+        mean, var, sd, mask = ctx.saved_tensors
+        n_ranks = ctx.n_ranks
+        batch, n = mean.shape
+        grad_mean, grad_sd = torch.zeros_like(mean), torch.zeros_like(mean)
+        for part in _chunks(batch, math.isqrt(n * (n_ranks + 1))):
+            _, u, free = _edge_cdf(mean[part], sd[part], mask[part], n_ranks)
+            g = grad_p[part] * mask[part][..., None].to(grad_p.dtype)
+            g_cdf = torch.nn.functional.pad(g, (1, 0)) - torch.nn.functional.pad(g, (0, 1))
+            dens = torch.where(free, torch.exp(-0.5 * u * u) * (1.0 / math.sqrt(2.0 * math.pi)),
+                               torch.zeros_like(u))
+            w = g_cdf * dens / sd[part][..., None]
+            grad_mean[part] = -w.sum(-1)
+            grad_sd[part] = -(w * u).sum(-1)
+        grad_var = torch.where(var > VARIANCE_FLOOR, grad_sd / (2.0 * sd), torch.zeros_like(sd))
+        return grad_mean, grad_var, None, None
+
+
+def score_normal_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int) -> Tensor:
+    """:func:`normal_rank_distributions` of the contests of ``scores`` without any ``(batch, n, n)``
+    or ``(batch, n, R)`` intermediate kept for the backward (``scores`` finite at padded positions)."""
+    mean, var = ContestMoments.apply(scores, mask, float(sigma))
+    return NormalFromMoments.apply(mean, var, mask, min(int(max_rank), scores.shape[-1]))
+
+
+def score_hybrid_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int,
+                                    n_exact: int) -> Tensor:
+    """:func:`hybrid_rank_distributions` from the scores, exact part on the fused CPU kernel."""
+    from smoothrank.softrank.rank_binomial import score_rank_distributions
+
+    mean, var = ContestMoments.apply(scores, mask, float(sigma))
+    n_ranks = min(int(max_rank), scores.shape[-1])
+    select = _extreme_documents(mean.detach(), mask, n_exact)
+    exact = score_rank_distributions(scores, sigma=sigma, mask=mask, max_rank=n_ranks, select=select)
+    approx = NormalFromMoments.apply(mean, var, mask, n_ranks)
     return torch.where(select[..., None], exact, approx)

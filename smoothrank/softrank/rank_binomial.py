@@ -22,10 +22,12 @@ Recovering them by dividing out a Bernoulli factor is unstable (the division by 
 ``pi`` blows up when ``pi`` is near 1 or 0, and amplifies rounding when it is near 0.5), so the
 states are recomputed instead:
 
-* CPU (Numba kernel, :mod:`smoothrank.softrank._numba`): every (query, document) recursion is
-  independent; the kernel re-runs one recursion, keeps its ``n x R`` states (230 KB at n = 240,
-  in cache, one buffer per thread) and sweeps the adjoint back through them. Memory is
-  ``O(threads n R)`` and the cost is about twice the forward pass.
+* CPU (Numba kernels, :mod:`smoothrank.softrank._numba`): every (query, document) recursion is
+  independent. For all documents (:class:`BlockedRankBinomial`) the recursions of a block of 64
+  documents of one query run side by side, documents in the vectorised inner loop; the backward
+  keeps a checkpoint every ``sqrt(n)`` steps per block and regenerates each segment from it
+  (``O(threads (sqrt(n) + n / sqrt(n)) R 64)`` memory). For a few selected documents (the
+  hybrid) one recursion per document keeps its ``n x R`` states and sweeps back through them.
 * Other devices (pure PyTorch): the batch is swept competitor by competitor; the backward stores
   a checkpoint every ``c = ceil(sqrt(n))`` steps during a recomputed forward and regenerates each
   segment of ``c`` states from its checkpoint: ``O(sqrt(n))`` tensors of shape (batch, n, R).
@@ -126,6 +128,9 @@ class RankBinomial(torch.autograd.Function):
         ctx.save_for_backward(pi, mask, select)
         ctx.numba = numba
         if numba:
+            if bool((select | ~mask).all()):  # every real document: blocked kernel
+                out = _numba.blocked_forward(pi.detach().contiguous().numpy(), mask.numpy(), n_ranks)
+                return torch.from_numpy(out) * mask[..., None].to(pi.dtype)
             pi_t = pi.detach().transpose(1, 2).contiguous().numpy()
             out = _numba.forward(pi_t, mask.cpu().numpy(), select.cpu().numpy(), n_ranks)
             return torch.from_numpy(out)
@@ -140,7 +145,11 @@ class RankBinomial(torch.autograd.Function):
             return None, None, None, None, None
         cols = mask & select
         grad_p = grad_p * cols[..., None].to(grad_p.dtype)
-        if ctx.numba:
+        if ctx.numba and bool((select | ~mask).all()):
+            g = _numba.blocked_backward(pi.detach().contiguous().numpy(), mask.numpy(),
+                                        grad_p.contiguous().numpy())
+            grad_pi = torch.from_numpy(g)
+        elif ctx.numba:
             pi_t = pi.detach().transpose(1, 2).contiguous().numpy()
             g = _numba.backward(pi_t, mask.numpy(), select.numpy(), grad_p.contiguous().numpy())
             grad_pi = torch.from_numpy(g).transpose(1, 2)
@@ -216,6 +225,69 @@ class FusedRankBinomial(torch.autograd.Function):
         return torch.from_numpy(g).to(scores.dtype), None, None, None, None
 
 
+# Queries per chunk of the blocked path: the contest matrices of one chunk hold at most this many
+# entries (2 MiB in float32, 9 queries at n = 240), so the temporaries never grow with the batch and
+# stay small enough that the allocator hands them back.
+CHUNK_ENTRIES = 1 << 19
+
+
+def _chunks(batch: int, n: int) -> list[slice]:
+    per = max(1, CHUNK_ENTRIES // max(n * n, 1))
+    return [slice(start, min(batch, start + per)) for start in range(0, batch, per)]
+
+
+def _contests(scores: Tensor, mask: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
+    """``pi[b, i, j] = Phi((s_i - s_j) / (sigma sqrt 2))`` (zero off the real pairs) and the differences."""
+    diff = scores[:, :, None] - scores[:, None, :]
+    pi = torch.special.ndtr(diff * (1.0 / (sigma * math.sqrt(2.0))))
+    return torch.where(pair_mask(mask), pi, torch.zeros_like(pi)).contiguous(), diff
+
+
+class BlockedRankBinomial(torch.autograd.Function):
+    """``scores (batch, n) -> p (batch, n, R)`` through the blocked compiled kernels, query chunk by chunk.
+
+    The contest matrices are formed (vectorised, in PyTorch) for a chunk of queries at a time and
+    dropped after the kernel has read them; the backward recomputes them, gets ``dL/dpi`` from the
+    adjoint kernel and turns it into the score gradient with eq. 20:
+    ``dL/ds_k = sum_j G_kj phi_kj - sum_i G_ik phi_ik``, ``phi_ij = N(s_i - s_j | 0, 2 sigma^2)``.
+    Memory beyond ``p`` is a few ``(chunk, n, n)`` tensors (``CHUNK_ENTRIES`` entries each).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, scores: Tensor, mask: Tensor, sigma: float, n_ranks: int) -> Tensor:
+        ctx.save_for_backward(scores, mask)
+        ctx.sigma = sigma
+        batch, n = scores.shape
+        out = scores.new_empty(batch, n, n_ranks)
+        s = scores.detach()
+        for part in _chunks(batch, n):
+            pi, _ = _contests(s[part], mask[part], sigma)
+            out[part] = torch.from_numpy(_numba.blocked_forward(pi.numpy(), mask[part].numpy(), n_ranks))
+        return out.mul_(mask[..., None].to(out.dtype))
+
+    @staticmethod
+    def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor | None, None, None, None]:
+        scores, mask = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        sigma = ctx.sigma
+        batch, n = scores.shape
+        grad_p = (grad_p * mask[..., None].to(grad_p.dtype)).contiguous()
+        grad = torch.zeros_like(scores)
+        s = scores.detach()
+        # d pi_ij / d s_i = exp(-x^2) / (2 sigma sqrt(pi)), x = (s_i - s_j) / (2 sigma)
+        dens_scale = 1.0 / (2.0 * sigma * math.sqrt(math.pi))
+        for part in _chunks(batch, n):
+            m = mask[part]
+            pi, diff = _contests(s[part], m, sigma)
+            g = torch.from_numpy(_numba.blocked_backward(pi.numpy(), m.numpy(), grad_p[part].numpy()))
+            del pi
+            x = diff * (0.5 / sigma)
+            w = torch.where(pair_mask(m), g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
+            grad[part] = w.sum(2) - w.sum(1)
+        return grad, None, None, None
+
+
 def can_fuse(scores: Tensor, backend: str) -> bool:
     """Whether :func:`score_rank_distributions` would use the fused compiled kernel."""
     return _use_numba(scores, backend)
@@ -223,8 +295,13 @@ def can_fuse(scores: Tensor, backend: str) -> bool:
 
 def score_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int,
                              select: Tensor | None = None) -> Tensor:
-    """Exact Rank-Binomial distributions from scores via :class:`FusedRankBinomial` (CPU kernel)."""
+    """Exact Rank-Binomial distributions from scores on the CPU kernels: :class:`BlockedRankBinomial`
+    for all documents, :class:`FusedRankBinomial` for a ``select``-ed few."""
     mask = mask.to(torch.bool).contiguous()
-    select = mask if select is None else (select.to(torch.bool) & mask).contiguous()
     n_ranks = min(int(max_rank), max(scores.shape[-1], 1))
+    if select is None:
+        # All documents: their recursions run side by side (blocked kernels).
+        return BlockedRankBinomial.apply(scores.contiguous(), mask, float(sigma), n_ranks)
+    # A few selected documents (hybrid): one recursion per selected document, contests in-kernel.
+    select = (select.to(torch.bool) & mask).contiguous()
     return FusedRankBinomial.apply(scores, mask, select, float(sigma), n_ranks)
