@@ -190,3 +190,15 @@ def test_errors_name_the_argument() -> None:
         soft_ndcg(torch.tensor([[0.0, math.inf]]), torch.ones(1, 2))
     with pytest.raises(SmoothrankError, match="labels"):
         soft_ndcg(s, torch.ones(2, 5))
+
+
+def test_sinkhorn_on_a_long_list_with_underflowing_ranks_has_finite_gradients():
+    # At n = 1000 in float32 the probabilities of extreme ranks underflow and whole rank columns
+    # are zero; without the floor in sinkhorn_rank_matrix the scaling overflowed and gave NaN.
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(1, 1000, generator=gen).requires_grad_()
+    labels = torch.randint(0, 5, (1, 1000), generator=gen).float()
+    loss = losses.get("soft_ndcg", sinkhorn=True)(scores, labels)
+    loss.backward()
+    assert torch.isfinite(loss) and -1.0 <= loss.item() <= 0.0
+    assert torch.isfinite(scores.grad).all() and scores.grad.abs().sum() > 0

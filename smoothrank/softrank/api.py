@@ -35,12 +35,21 @@ def sinkhorn_rank_matrix(p: Tensor, mask: Tensor, *, max_iter: int = 30, tol: fl
     Rows are the real documents, columns the real ranks ``0..n_b - 1`` of each query; the scaling
     is the shared :func:`smoothrank.sorting.sinkhorn` of NeuralNDCG, with separate row and column
     masks so that padding may sit anywhere in the row. ``p`` must be square (all ranks).
+
+    Every real entry is raised by ``eps**2`` of the dtype first (about 1e-14 in float32): on long
+    lists the probabilities of extreme ranks underflow, a rank column can be exactly zero, and a
+    matrix with an empty column has no doubly stochastic scaling (the scaling vectors overflow and
+    the gradient becomes NaN). The floor changes no probability above it by more than rounding.
     """
     from smoothrank.sorting import rank_mask, sinkhorn
 
     if p.shape[-1] != p.shape[-2]:
         raise SmoothrankError("sinkhorn: needs the full rank distributions (max_rank = n)")
-    return sinkhorn(p, mask=(mask, rank_mask(mask)), max_iter=max_iter, tol=tol)
+    ranks = rank_mask(mask)
+    real = mask.unsqueeze(-1) & ranks.unsqueeze(-2)
+    floor = torch.finfo(p.dtype).eps ** 2
+    p = p + floor * real.to(p.dtype)
+    return sinkhorn(p, mask=(mask, ranks), max_iter=max_iter, tol=tol)
 
 
 def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
