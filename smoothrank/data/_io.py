@@ -1,14 +1,14 @@
-"""Small file helpers: transparent gzip reading and atomic writing."""
+"""Small file helpers: transparent gzip reading; atomic writing lives in :mod:`smoothrank._atomic`."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from smoothrank._atomic import atomic_writer, write_bytes_atomic
+
+__all__ = ["atomic_writer", "is_gzip", "open_binary", "read_bytes", "write_bytes_atomic"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -30,36 +30,3 @@ def read_bytes(path: Path) -> bytes:
     """The whole (decompressed) content of ``path``."""
     with open_binary(path) as handle:
         return handle.read()
-
-
-@contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
-    """Yield a binary handle on a temporary file that replaces ``path`` only on success.
-
-    The temporary file lives in the destination folder so that ``os.replace`` is a rename on
-    one file system: a reader never sees a half-written file, and a failed write leaves the old
-    file untouched. A ``.gz`` destination is gzip-compressed with mtime 0 (byte-reproducible).
-    """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if path.suffix == ".gz":
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped:
-                    yield zipped
-            else:
-                yield raw
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-
-
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_writer`)."""
-    with atomic_writer(path) as handle:
-        handle.write(data)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from smoothrank._atomic import write_text_atomic
 from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
 
 __all__ = ["CSV_COLUMNS", "format_markdown", "published_baselines", "summarize", "write_reports"]
@@ -162,15 +161,6 @@ def format_csv(rows: Sequence[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, metrics: Sequence[str],
@@ -182,9 +172,10 @@ def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, met
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = summarize(results, metrics=metrics, baseline=baseline, alpha=alpha)
-    _write_text(out / "summary.md", format_markdown(rows, metrics=metrics, title=title, convention=convention,
-                                                    baseline=baseline, alpha=alpha, command=command))
-    _write_text(out / "summary.csv", format_csv(rows))
+    markdown = format_markdown(rows, metrics=metrics, title=title, convention=convention,
+                               baseline=baseline, alpha=alpha, command=command)
+    write_text_atomic(out / "summary.md", markdown)
+    write_text_atomic(out / "summary.csv", format_csv(rows))
     write_json(out / "summary.json", {"title": title, "convention": convention, "baseline": baseline,
                                       "alpha": alpha, "rows": rows})
     return rows

@@ -23,8 +23,6 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -34,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from smoothrank._atomic import write_text_atomic
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.experiments.spec import Cell, ExperimentSpec
 
@@ -46,15 +45,7 @@ SPLITS = ("train", "valid", "test")
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON atomically (temporary file in the same folder, then ``os.replace``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(_json_safe(data), handle, indent=1, allow_nan=False)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(_json_safe(data), indent=1, allow_nan=False) + "\n")
 
 
 def _json_safe(value: Any) -> Any:

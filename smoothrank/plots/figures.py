@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from smoothrank._atomic import write_bytes_atomic
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 __all__ = [
@@ -44,16 +45,12 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     if out.suffix.lower() != ".png":
         raise SmoothrankError(f"--out: expected a .png file name, got {str(out)!r}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".png")
-    os.close(fd)
+    buffer = io.BytesIO()
     try:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     finally:
         plt.close(fig)
+    write_bytes_atomic(out, buffer.getvalue())
     return out
 
 
