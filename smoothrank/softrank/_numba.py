@@ -23,6 +23,20 @@ def _n_chunks(total: int) -> int:
     return max(1, min(total, nb.get_num_threads() * _CHUNKS_PER_THREAD))
 
 
+@nb.njit(inline="always")
+def _doc_step(old, new, p, s, n_ranks, one):  # pragma: no cover - compiled
+    """One step of the Rank-Binomial recursion (eq. 11) for one document: ``old`` holds
+    ``p^(s)(r)`` for ranks ``0..min(s, R-1)``; ``new`` receives ``p^(s+1)`` after a contest won
+    with probability ``p``: ``p^(s+1)(r) = p^(s)(r) (1 - p) + p^(s)(r - 1) p``."""
+    q = one - p
+    top = min(s, n_ranks - 1)
+    new[0] = old[0] * q
+    for r in range(1, top + 1):
+        new[r] = old[r] * q + old[r - 1] * p
+    if s + 1 < n_ranks:
+        new[s + 1] = old[s] * p
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def _forward(pi_t, mask, select, out, one, n_chunks):  # pragma: no cover - compiled
     batch, n, _ = pi_t.shape
@@ -46,14 +60,7 @@ def _forward(pi_t, mask, select, out, one, n_chunks):  # pragma: no cover - comp
             for i in range(n):
                 if i == j or not mask[b, i]:
                     continue
-                p = pi_t[b, j, i]
-                q = one - p
-                top = min(s, n_ranks - 1)
-                new[0] = old[0] * q
-                for r in range(1, top + 1):
-                    new[r] = old[r] * q + old[r - 1] * p
-                if s + 1 < n_ranks:
-                    new[s + 1] = old[s] * p
+                _doc_step(old, new, pi_t[b, j, i], s, n_ranks, one)
                 old, new = new, old
                 s += 1
             for r in range(min(s, n_ranks - 1) + 1):
@@ -86,16 +93,7 @@ def _backward(pi_t, mask, select, grad_out, grad_pi_t, one, n_chunks):  # pragma
             # per (query, document) instead of O(n^3) storage per query.
             states[0, 0] = one
             for s in range(m - 1):
-                p = pi_t[b, j, idx[s]]
-                q = one - p
-                old = states[s]
-                new = states[s + 1]
-                top = min(s, n_ranks - 1)
-                new[0] = old[0] * q
-                for r in range(1, top + 1):
-                    new[r] = old[r] * q + old[r - 1] * p
-                if s + 1 < n_ranks:
-                    new[s + 1] = old[s] * p
+                _doc_step(states[s], states[s + 1], pi_t[b, j, idx[s]], s, n_ranks, one)
             # Adjoint sweep in reverse: a^(s)(r) = a^(s+1)(r) q + a^(s+1)(r+1) p and
             # dL/dpi = sum_r a^(s+1)(r) (p^(s)(r-1) - p^(s)(r)).
             for r in range(n_ranks):
@@ -170,14 +168,7 @@ def _fused_forward(scores, mask, select, half_inv_sigma, out, one, n_chunks):  #
             old[0] = one
             s = 0
             for s_ in range(m):
-                p = pis[s_]
-                q = one - p
-                top = min(s, n_ranks - 1)
-                new[0] = old[0] * q
-                for r in range(1, top + 1):
-                    new[r] = old[r] * q + old[r - 1] * p
-                if s + 1 < n_ranks:
-                    new[s + 1] = old[s] * p
+                _doc_step(old, new, pis[s_], s, n_ranks, one)
                 old, new = new, old
                 s += 1
             for r in range(min(s, n_ranks - 1) + 1):
@@ -212,16 +203,7 @@ def _fused_backward(scores, mask, select, half_inv_sigma, grad_out, gacc, one, n
                     m += 1
             states[0, 0] = one
             for s in range(m - 1):
-                p = pis[s]
-                q = one - p
-                old = states[s]
-                new = states[s + 1]
-                top = min(s, n_ranks - 1)
-                new[0] = old[0] * q
-                for r in range(1, top + 1):
-                    new[r] = old[r] * q + old[r - 1] * p
-                if s + 1 < n_ranks:
-                    new[s + 1] = old[s] * p
+                _doc_step(states[s], states[s + 1], pis[s], s, n_ranks, one)
             for r in range(n_ranks):
                 adj[r] = grad_out[b, j, r]
             grad_j = 0.0
