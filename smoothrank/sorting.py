@@ -374,6 +374,11 @@ def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | N
         real rows as real columns; the real block is scaled to doubly stochastic.
     max_iter, tol : the iteration budget and the marginal tolerance (paper: 30 and 1e-6).
 
+    Raises
+    ------
+    SmoothrankError
+        If a real row or column of the matrix has no positive entry (no scaling exists).
+
     Returns
     -------
     (u, v, marginal_error): u, v of shape (batch, n) (zero at masked positions) and the largest
@@ -391,6 +396,15 @@ def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | N
     dtype = matrix.dtype
     keep = (row_mask.unsqueeze(-1) & col_mask.unsqueeze(-2))
     k = matrix if bool(keep.all()) else matrix * keep.to(dtype)
+    # A real row or column with no positive entry has no doubly stochastic scaling: the scaling
+    # vectors would overflow and the gradient turn NaN. Refuse it instead of returning garbage.
+    empty_rows = (k.sum(-1) <= 0) & row_mask
+    empty_cols = (k.sum(-2) <= 0) & col_mask
+    if bool(empty_rows.any() | empty_cols.any()):
+        kind, where = ("row", empty_rows) if bool(empty_rows.any()) else ("column", empty_cols)
+        query, index = (int(i) for i in where.nonzero()[0])
+        raise SmoothrankError(f"matrix: real {kind} {index} of query {query} has no positive entry, so it "
+                              "cannot be scaled to doubly stochastic (raise tiny entries, e.g. by a floor)")
     chunk = _chunk_size(matrix.shape[-1], dtype)
     u, v, err = _SinkhornScaling.apply(k, row_mask.to(dtype), col_mask.to(dtype), int(max_iter),
                                        float(tol), chunk)

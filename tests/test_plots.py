@@ -136,3 +136,14 @@ def test_cli_plot_errors(tmp_path, capsys):
     assert ".png" in capsys.readouterr().err
     assert cli_main(["plot", "figure2", "--temperatures", "1,-2", "--out", str(tmp_path / "f.png")]) == 2
     assert "--temperatures" in capsys.readouterr().err
+
+
+def test_missing_matplotlib_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    import sys
+
+    from smoothrank.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    assert main(["plot", "figure1", "--out", str(tmp_path / "f.png")]) == 2
+    assert not (tmp_path / "f.png").exists()
+    assert "matplotlib" in capsys.readouterr().err

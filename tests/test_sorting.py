@@ -229,3 +229,16 @@ def test_sinkhorn_errors() -> None:
     with pytest.raises(SmoothrankError, match="mask"):
         rows = torch.tensor([[True, True, False]])
         sorting.sinkhorn(torch.rand(1, 3, 3), mask=(rows, torch.ones(1, 3, dtype=torch.bool)))
+
+
+def test_sinkhorn_refuses_a_matrix_with_an_empty_real_column():
+    # No doubly stochastic scaling exists; silently it would overflow and give NaN gradients.
+    matrix = torch.rand(2, 4, 4) + 0.1
+    matrix[1, :, 2] = 0.0
+    with pytest.raises(SmoothrankError, match="column 2 of query 1"):
+        sorting.sinkhorn(matrix)
+    # The same column is fine when it is padding.
+    mask = torch.tensor([[True] * 4, [True, True, False, True]])
+    out = sorting.sinkhorn(matrix, mask=mask)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out[1][mask[1]][:, mask[1]].sum(-1), torch.ones(3), atol=1e-4)

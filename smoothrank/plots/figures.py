@@ -29,7 +29,11 @@ __all__ = [
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SmoothrankError("plots need the optional dependency matplotlib "
+                              "(pip install 'smoothrank[plot]' or pip install matplotlib)") from None
 
     # Agg: files only, no display needed (servers, CI); set before pyplot is imported.
     matplotlib.use("Agg", force=True)
