@@ -58,6 +58,19 @@ def test_training_batches_pad_and_subsample():
     assert sorted(seen) == [0, 1, 2, 3]
 
 
+def test_pad_longest_is_the_same_slates_with_less_padding():
+    ds = _toy(sizes=(3, 1, 7, 2, 5))
+    full = list(training_batches(ds, list_size=6, batch_size=2, seed_or_generator=4))
+    short = list(training_batches(ds, list_size=6, batch_size=2, seed_or_generator=4, pad="longest"))
+    assert [b.mask.shape[1] for b in short] == [int(b.mask.sum(1).max()) for b in full]
+    for a, b in zip(full, short, strict=True):
+        _check_batch(ds, b)
+        width = b.mask.shape[1]
+        assert torch.equal(a.rows[:, :width], b.rows) and not a.mask[:, width:].any()
+    with pytest.raises(SmoothrankError, match="pad"):
+        next(training_batches(ds, list_size=6, batch_size=2, seed_or_generator=4, pad="max"))
+
+
 def test_training_batches_reproducible_and_uniform():
     ds = _toy(sizes=(6,))
     a = [b.rows for b in training_batches(ds, list_size=3, batch_size=1, seed_or_generator=5)]

@@ -83,6 +83,16 @@ def test_spec_expands_grid(letor_files):
     assert expand(mq)[0].settings["config"]["data"] == {"mq2008_fold": 1}
 
 
+def test_loss_model_options_reach_only_that_loss(letor_files):
+    # The NeuralNDCG paper's protocol: tanh on the output for NeuralNDCG only.
+    models = [{"label": "mlp", "kind": "mlp", "hidden": [4]}]
+    losses = [{"name": "neural_ndcg", "model_options": {"output_activation": "tanh"}}, "list_net"]
+    spec = spec_from_dict(_spec_dict(letor_files, losses=losses, models=models, gbdt=[], baseline=None))
+    model = {c.method: c.settings["config"]["model"] for c in expand(spec)}
+    assert model["neural_ndcg-mlp"] == {"kind": "mlp", "hidden": [4], "output_activation": "tanh"}
+    assert model["list_net-mlp"] == {"kind": "mlp", "hidden": [4]}
+
+
 def test_spec_lists_every_problem(letor_files):
     bad = _spec_dict(letor_files, baseline="nope", select_by="ndcg@7")
     bad["losses"] = ["neural_ndcg", {"name": "no_such_loss"}, {"name": "approx_ndcg", "options": {"tau": 1}}]
@@ -110,6 +120,8 @@ def test_spec_lists_every_problem(letor_files):
     ({"losses": [{"name": "approx_ndcg", "options": {"discount": {"shallow": 3.0, "n": 10}}}]},
      "losses.0.options: alpha"),
     ({"losses": [{"name": "approx_ndcg", "options": {"discount": {"alpha": 0.5}}}]}, "losses.0.options"),
+    ({"losses": [{"name": "list_net", "model_options": {"kind": "mlp"}}]}, "losses.0.model_options.kind"),
+    ({"losses": [{"name": "list_net", "model_options": {"colour": 1}}]}, "colour"),
 ])
 def test_spec_errors_name_the_key(letor_files, patch, fragment):
     with pytest.raises(ConfigError, match="problem") as info:

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from smoothrank.errors import ConfigError
-from smoothrank.models import ContextAwareRanker, LinearScorer, MLPScorer, build_model, reinitialize
+from smoothrank.models import (
+    ContextAwareRanker,
+    LinearScorer,
+    MLPScorer,
+    build_model,
+    reinitialize,
+    score_in_length_groups,
+)
 from smoothrank.training.config import ContextAwareModelConfig, MLPModelConfig
 
 
@@ -133,3 +140,32 @@ def test_build_model_from_a_partial_dict_uses_the_defaults():
 def test_build_model_rejects_unknown_options_by_name():
     with pytest.raises(ConfigError, match=r"'mlp' takes no option.*n_blocks"):
         build_model({"kind": "mlp", "n_blocks": 2}, 7)
+
+
+@pytest.mark.parametrize("groups", [2, 3, 8, 50])
+def test_length_groups_give_the_whole_batch_scores_and_gradients(groups):
+    torch.manual_seed(2)
+    model = ContextAwareRanker(5, input_dim=8, n_blocks=2, n_heads=2, hidden=16, dropout=0.0).double()
+    x = torch.randn(9, 12, 5, dtype=torch.float64)
+    mask = torch.rand(9, 12) < 0.5  # padding anywhere, lists of every length
+    mask[0] = False  # a fully padded row
+    mask[1] = True
+    mask[2, :] = False
+    mask[2, 3] = True  # one real item behind padding
+    whole = model(x, mask)
+    grouped = score_in_length_groups(model, x, mask, groups=groups)
+    torch.testing.assert_close(grouped, whole)
+    weights = torch.randn(9, 12, dtype=torch.float64)
+    (g_whole,) = torch.autograd.grad((whole * weights).sum(), model.input[0].weight)
+    (g_grouped,) = torch.autograd.grad((grouped * weights).sum(), model.input[0].weight)
+    torch.testing.assert_close(g_grouped, g_whole)
+
+
+def test_length_groups_leave_per_item_models_alone():
+    model = MLPScorer(5, hidden=(6,), norm="batch")  # batch-norm statistics must stay batch-wide
+    x = torch.randn(4, 7, 5)
+    mask = torch.rand(4, 7) < 0.6
+    mask[:, 0] = True
+    torch.testing.assert_close(score_in_length_groups(model, x, mask, groups=4), model(x, mask))
+    with pytest.raises(ConfigError, match="groups"):
+        score_in_length_groups(model, x, mask, groups=0)

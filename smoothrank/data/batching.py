@@ -18,6 +18,7 @@ from smoothrank.data.dataset import Dataset
 from smoothrank.errors import SmoothrankError
 
 SAMPLINGS = ("random", "softrank")
+PADDINGS = ("list_size", "longest")
 
 
 @dataclass
@@ -114,11 +115,14 @@ def training_batches(
     sampling: str = "random",
     softrank_max_extra: int = 30,
     drop_last: bool = False,
+    pad: str = "list_size",
 ) -> Iterator[Batch]:
-    """One epoch of training slates of exactly ``list_size`` positions.
+    """One epoch of training slates of at most ``list_size`` positions.
 
     A list longer than ``list_size`` is subsampled uniformly without replacement (the NeuralNDCG
-    protocol, ``list_size=240``); a shorter one is padded (``mask == False``). With
+    protocol, ``list_size=240``); a shorter one is padded (``mask == False``): to ``list_size``
+    with ``pad="list_size"`` (every batch has the same shape), or only to the longest list of
+    its batch with ``pad="longest"`` (the same lists and draws, less padding). With
     ``shuffle=True`` the query order and the order of documents inside each slate are random,
     so no model can learn the file order; otherwise both keep the dataset order.
 
@@ -132,6 +136,8 @@ def training_batches(
     batch_size = _check_positive(batch_size, "batch_size")
     if sampling not in SAMPLINGS:
         raise SmoothrankError(f"sampling: expected one of {SAMPLINGS}, got {sampling!r}")
+    if pad not in PADDINGS:
+        raise SmoothrankError(f"pad: expected one of {PADDINGS}, got {pad!r}")
     if softrank_max_extra < 0:
         raise SmoothrankError(f"softrank_max_extra: expected >= 0, got {softrank_max_extra!r}")
     rng = as_generator(seed_or_generator)
@@ -156,10 +162,16 @@ def training_batches(
         queries.append(q)
         positions.append(local)
         if len(queries) == batch_size:
-            yield _fill(dataset, queries, positions, list_size)
+            yield _fill(dataset, queries, positions, _width(positions, list_size, pad))
             queries, positions = [], []
     if queries and not drop_last:
-        yield _fill(dataset, queries, positions, list_size)
+        yield _fill(dataset, queries, positions, _width(positions, list_size, pad))
+
+
+def _width(positions: Sequence[np.ndarray], list_size: int, pad: str) -> int:
+    if pad == "list_size":
+        return list_size
+    return max(1, max(p.shape[0] for p in positions))
 
 
 def evaluation_batches(dataset: Dataset, *, batch_size: int = 64,

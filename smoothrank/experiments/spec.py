@@ -18,7 +18,7 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
       training: {epochs: 50, list_size: 240}
     losses:
       - neural_ndcg
-      - {name: neural_ndcg, label: neural_ndcg@5, options: {k: 5}}
+      - {name: neural_ndcg, label: neural_ndcg@5, options: {k: 5}, model_options: {output_activation: tanh}}
     models:
       - {label: mlp, kind: mlp, hidden: [64]}
     gbdt:
@@ -67,6 +67,9 @@ class LossSpec(_Strict):
     options: dict[str, Any] = {}
     # Deep-merged into the shared ``neural`` settings for this loss only (e.g. its own lr).
     overrides: dict[str, Any] = {}
+    # Merged into every model's options for this loss only: the NeuralNDCG paper puts a tanh on
+    # the output for NeuralNDCG(T) and no activation for the other losses (section 5.2).
+    model_options: dict[str, Any] = {}
 
     @property
     def tag(self) -> str:
@@ -185,7 +188,7 @@ def neural_config_dict(spec: ExperimentSpec, loss: LossSpec, model: ModelSpec, d
     config.pop("output", None)
     config["seed"] = seed
     config["data"] = _data_section(ds, fold, Path(spec.base_dir))
-    config["model"] = model.model_config_dict()
+    config["model"] = {**model.model_config_dict(), **loss.model_options}
     config["loss"] = {"name": loss.name, "options": dict(loss.options)}
     config.setdefault("training", {})
     config["training"] = {**config["training"], "num_threads": spec.num_threads}
@@ -276,6 +279,8 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     for i, loss in enumerate(spec.losses):
         for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"}):
             problems.append(f"losses.{i}.overrides.{key}: set by the grid, not by a loss override")
+        for key in sorted(set(loss.model_options) & {"kind", "label"}):
+            problems.append(f"losses.{i}.model_options.{key}: set by the model, not by a loss")
     available = set(loss_registry.available())
     for i, loss in enumerate(spec.losses):
         if loss.name not in available:

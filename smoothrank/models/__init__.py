@@ -32,6 +32,7 @@ __all__ = [
     "MLPScorer",
     "build_model",
     "reinitialize",
+    "score_in_length_groups",
 ]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -179,6 +180,34 @@ class ContextAwareRanker(nn.Module):
         hidden = self.encoder(self.input(features), src_key_padding_mask=~attend)
         scores = self.output(hidden).squeeze(-1)
         return scores.masked_fill(~mask, 0.0)
+
+
+def score_in_length_groups(model: nn.Module, features: Tensor, mask: Tensor, *, groups: int) -> Tensor:
+    """``model(features, mask)``, computed on ``groups`` sub-batches of similar list length.
+
+    The lists of the batch are sorted by their extent (last real position + 1) and cut into
+    ``groups`` contiguous sub-batches of (nearly) equal size; each is run cropped to its own
+    longest extent and the scores are put back in place (0 at padding). A list-wise model
+    whose output for a real item does not depend on padding (:class:`ContextAwareRanker`)
+    gives the same scores as on the whole batch, at a fraction of the cost when list lengths
+    vary: self-attention costs grow with the square of the padded length. Per-item models
+    already skip padding and are called once, unchanged (so batch-norm statistics stay
+    batch-wide). Gradients flow through the scattered scores as usual.
+    """
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ConfigError(f"groups: expected a positive integer, got {groups!r}")
+    if groups == 1 or isinstance(model, _PerItemScorer) or features.shape[0] < 2:
+        return model(features, mask)
+    width = mask.shape[1]
+    positions = torch.arange(1, width + 1, device=mask.device)
+    extent = (mask * positions).amax(dim=1)  # last real position + 1 (0 for an empty row)
+    order = torch.argsort(extent, stable=True)
+    scores = features.new_zeros(mask.shape)
+    for chunk in torch.tensor_split(order, min(groups, order.shape[0])):
+        crop = max(int(extent[chunk].max()), 1)
+        scores = scores.index_put((chunk,), torch.nn.functional.pad(
+            model(features[chunk, :crop], mask[chunk, :crop]), (0, width - crop)))
+    return scores
 
 
 def reinitialize(model: nn.Module) -> None:

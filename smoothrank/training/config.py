@@ -122,6 +122,8 @@ class TrainingConfig(_Section):
     batch_size: Annotated[int, Field(ge=1)] = 64
     list_size: Annotated[int, Field(ge=1)] = 240
     sampling: Literal["random", "softrank"] = "random"
+    pad: Literal["list_size", "longest"] = "list_size"
+    length_groups: Annotated[int, Field(ge=1)] = 1
     grad_clip: Annotated[float, Field(gt=0.0)] | None = None
     early_stopping_patience: Annotated[int, Field(ge=1)] | None = None
     num_threads: Annotated[int, Field(ge=1)] | None = None

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from smoothrank import __version__
 from smoothrank.errors import ConfigError, SmoothrankError
-from smoothrank.models import build_model, reinitialize
+from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text
 from smoothrank.training.artifact import save_model
 from smoothrank.training.config import Config, dump_config
@@ -349,9 +349,12 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
                 total, count = 0.0, 0
                 for step, batch in enumerate(training_batches(
                         train_set, list_size=config.training.list_size, batch_size=config.training.batch_size,
-                        shuffle=True, seed_or_generator=data_seed, sampling=config.training.sampling)):
+                        shuffle=True, seed_or_generator=data_seed, sampling=config.training.sampling,
+                        pad=config.training.pad)):
                     mask = batch.mask.to(device)
-                    value = loss(model(batch.features.to(device), mask), batch.labels.to(device), mask=mask)
+                    scores = score_in_length_groups(model, batch.features.to(device), mask,
+                                                    groups=config.training.length_groups)
+                    value = loss(scores, batch.labels.to(device), mask=mask)
                     if not torch.isfinite(value):
                         raise TrainingError(f"the loss {config.loss.name!r} became {value.item()} at epoch "
                                             f"{epoch + 1}, step {step + 1}; try a smaller optimizer.lr or "
