@@ -3,6 +3,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,3 +32,25 @@ def write_slice(source: Path, target: Path, first: int, count: int) -> Path:
                 kept.append(line)
     target.write_text("".join(kept))
     return target
+
+
+def write_synthetic_letor(path: Path, rng: np.random.Generator, n_queries: int, docs: int, qid0: int, *,
+                          n_features: int = 5, noise: float = 0.3) -> None:
+    """A learnable LETOR file: relevance 0/1/2 driven by feature 1 plus noise (ties in the labels)."""
+    lines = []
+    for q in range(n_queries):
+        x = rng.normal(size=(docs, n_features))
+        labels = np.digitize(x[:, 0] + noise * rng.normal(size=docs), [0.3, 1.0])
+        for d in range(docs):
+            feats = " ".join(f"{j + 1}:{x[d, j]:.5f}" for j in range(n_features))
+            lines.append(f"{labels[d]} qid:{qid0 + q} {feats} #docid = D{qid0 + q}-{d}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_synthetic_folds(root: Path, *, seed: int, queries: tuple[int, int, int], docs: int,
+                          n_features: int = 5, noise: float = 0.3) -> Path:
+    """``train.txt``, ``vali.txt``, ``test.txt`` of :func:`write_synthetic_letor` lists under ``root``."""
+    rng = np.random.default_rng(seed)
+    for name, n, qid0 in zip(("train", "vali", "test"), queries, (1, 100, 200), strict=True):
+        write_synthetic_letor(root / f"{name}.txt", rng, n, docs, qid0, n_features=n_features, noise=noise)
+    return root

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import write_synthetic_folds
 
 from smoothrank.cli import main as cli_main
 from smoothrank.data import load_letor
@@ -31,26 +32,10 @@ from smoothrank.metrics import evaluate_flat, mean_metrics
 
 
 # ------------------------------------------------------------------------------ fixtures
-def _write_letor(path: Path, rng: np.random.Generator, n_queries: int, docs: int, qid0: int) -> None:
-    lines = []
-    for q in range(n_queries):
-        x = rng.normal(size=(docs, 5))
-        # Relevance driven by feature 1 (plus a little noise): learnable, with ties in the labels.
-        labels = np.digitize(x[:, 0] + 0.3 * rng.normal(size=docs), [0.3, 1.0])
-        for d in range(docs):
-            feats = " ".join(f"{j + 1}:{x[d, j]:.5f}" for j in range(5))
-            lines.append(f"{labels[d]} qid:{qid0 + q} {feats} #docid = D{qid0 + q}-{d}")
-    path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture(scope="module")
 def letor_files(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("letor")
-    rng = np.random.default_rng(0)
-    _write_letor(root / "train.txt", rng, 40, 10, 1)
-    _write_letor(root / "vali.txt", rng, 15, 10, 100)
-    _write_letor(root / "test.txt", rng, 15, 10, 200)
-    return root
+    return write_synthetic_folds(tmp_path_factory.mktemp("letor"), seed=0, queries=(40, 15, 15), docs=10,
+                                 n_features=5, noise=0.3)
 
 
 def _spec_dict(root: Path, **extra) -> dict:

@@ -39,9 +39,16 @@ def run(args: Any) -> int:
     spec = load_spec(args.spec)
     out = Path(args.out) if args.out is not None else Path("runs") / "experiments" / spec.name
     if args.dry_run:
-        for cell in expand(spec):
+        from smoothrank.experiments.ensemble import ENSEMBLES_DIR, plan_ensembles
+        from smoothrank.experiments.runner import RESULT_FILE
+
+        cells = expand(spec)
+        for cell in cells:
             state = "finished" if finished_result(cell, out) is not None else "to run"
             print(f"{cell.run_id}\t{state}")
+        for plan in plan_ensembles(spec, cells):
+            exists = (out / ENSEMBLES_DIR / plan.ensemble_id / RESULT_FILE).is_file()
+            print(f"{plan.ensemble_id}\tensemble, {'built' if exists else 'to build'}")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.spec, out / ".spec.yaml.tmp")
@@ -56,7 +63,9 @@ def run(args: Any) -> int:
         if len(sys.argv) > 2 and sys.argv[1] == "experiment" else None
     write_reports(outcome.results, out, metrics=spec.metrics, title=f"Experiment {spec.name}",
                   convention=spec.convention, baseline=spec.baseline, alpha=spec.alpha, command=command)
-    print(f"{len(outcome.ran)} run(s) done, {len(outcome.skipped)} skipped (finished before); "
+    ensembles = (f"{len(outcome.ensembles_built)} ensemble(s) built, {len(outcome.ensembles_reused)} reused; "
+                 if spec.ensemble else "")
+    print(f"{len(outcome.ran)} run(s) done, {len(outcome.skipped)} skipped (finished before); {ensembles}"
           f"summary: {out / 'summary.md'}")
     if outcome.failed:
         print(f"{len(outcome.failed)} run(s) failed (run the command again to retry them):", file=sys.stderr)

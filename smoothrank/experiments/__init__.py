@@ -4,11 +4,13 @@
 * :mod:`~smoothrank.experiments.runner`: :func:`run_experiment` runs the unfinished cells.
 * :mod:`~smoothrank.experiments.gbdt`: LightGBM / XGBoost rankers on :class:`smoothrank.data.Dataset`.
 * :mod:`~smoothrank.experiments.stats`: :func:`paired_ttest`, :func:`mean_std`.
+* :mod:`~smoothrank.experiments.ensemble`: seed ensembles, :func:`combine_scores`.
 * :mod:`~smoothrank.experiments.report`: :func:`write_reports` (Markdown, CSV, JSON).
 
 See ``docs/EXPERIMENTS.md``.
 """
 
+from smoothrank.experiments.ensemble import combine_scores
 from smoothrank.experiments.report import summarize, write_reports
 from smoothrank.experiments.runner import ExperimentOutcome, load_results, run_cell, run_experiment
 from smoothrank.experiments.spec import Cell, ExperimentSpec, expand, load_spec, spec_from_dict
@@ -19,6 +21,7 @@ __all__ = [
     "ExperimentOutcome",
     "ExperimentSpec",
     "TTest",
+    "combine_scores",
     "expand",
     "load_results",
     "load_spec",

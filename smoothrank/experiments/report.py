@@ -6,6 +6,9 @@ folds. The t-test pairs the per-query test values of a method with those of the 
 baseline on the same (fold, query), seeds averaged per query, all folds pooled (on MQ2008 the
 five test folds partition the 784 queries, so each query counts once).
 
+Seed ensembles (``kind`` "ensemble", method ``<method>+ens<N>``) are one result per fold and are
+summarised like any method; one may be the t-test baseline.
+
 Markdown marks a mean with ``▲`` (``▼``) when the method is significantly better (worse) than
 the baseline at level ``alpha`` on that metric.
 """
@@ -121,6 +124,9 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
     if baseline:
         lines.append(f"▲/▼: significantly better/worse than `{baseline}` (paired t-test over test queries, "
                      f"two-sided, p < {alpha:g}).")
+    if any(r.get("kind") == "ensemble" for r in rows):
+        lines.append("`<method>+ens<N>`: the seed ensemble of `<method>`: per fold, the mean of its N seed "
+                     "runs' per-query standardised scores, evaluated as one run.")
     lines.append("")
     index = {(r["dataset"], r["method"], r["split"], r["metric"]): r for r in rows}
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))

@@ -4,8 +4,11 @@ Layout of the output folder::
 
     OUT/spec.yaml                         the validated spec (as given)
     OUT/runs/<run id>/result.json         written last and atomically: a run is finished iff it exists
+    OUT/runs/<run id>/scores.npz          the selected model's scores (float64 per split, row order)
     OUT/runs/<run id>/train/              the trainer's run directory (neural runs: metrics.jsonl,
                                           checkpoint.pt, model.pt, ...)
+    OUT/ensembles/<ensemble id>/          seed ensembles (``ensemble: true``), built after the runs:
+                                          see :mod:`smoothrank.experiments.ensemble`
     OUT/summary.md, summary.csv, summary.json   see :mod:`smoothrank.experiments.report`
 
 Protocol of every run: fit on the training split, select on the validation split only (the
@@ -108,7 +111,7 @@ def _selector(valid: Any, metric: str, convention: str) -> Callable[[np.ndarray]
     return value
 
 
-def _run_gbdt(cell: Cell) -> dict[str, Any]:
+def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from smoothrank.experiments.gbdt import fit_gbdt
 
     s = cell.settings
@@ -125,7 +128,7 @@ def _run_gbdt(cell: Cell) -> dict[str, Any]:
     scores = {name: fitted.predict(ds) for name, ds in splits.items()}
     scored = _score_splits(scores, splits, metrics=s["metrics"], convention=s["convention"])
     return {**scored, "selection": {"best_iteration": fitted.best_iteration, "rounds_run": fitted.rounds_run,
-                                    "history": fitted.history}}
+                                    "history": fitted.history}}, scores
 
 
 def resolve_loss_options(options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -145,7 +148,8 @@ def resolve_loss_options(options: dict[str, Any]) -> tuple[dict[str, Any], bool]
     return {**options, "discount": shallow_discount(spec["shallow"], spec["n"])}, True
 
 
-def _run_neural(cell: Cell, run_dir: Path, *, quiet: bool = True) -> dict[str, Any]:
+def _run_neural(cell: Cell, run_dir: Path, *,
+                quiet: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from smoothrank import losses
     from smoothrank.training import load_model, train
     from smoothrank.training.config import config_from_dict
@@ -164,14 +168,18 @@ def _run_neural(cell: Cell, run_dir: Path, *, quiet: bool = True) -> dict[str, A
     scored = _score_splits(scores, splits, metrics=cell.settings["metrics"],
                            convention=cell.settings["convention"])
     return {**scored, "selection": {"best_epoch": result.best_epoch, "epochs_run": len(result.history),
-                                    "resumed": resume}}
+                                    "resumed": resume}}, scores
 
 
 def run_cell(cell: Cell, out_dir: str | Path) -> dict[str, Any]:
-    """Run one cell and write ``OUT/runs/<run id>/result.json``; return the result."""
+    """Run one cell and write ``OUT/runs/<run id>/scores.npz`` then ``result.json``; return the result."""
+    from smoothrank.experiments.ensemble import SCORES_FILE, write_scores
+
     run_dir = Path(out_dir) / "runs" / cell.run_id
     started = time.perf_counter()
-    body = _run_gbdt(cell) if cell.kind == "gbdt" else _run_neural(cell, run_dir)
+    body, scores = _run_gbdt(cell) if cell.kind == "gbdt" else _run_neural(cell, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_scores(run_dir / SCORES_FILE, scores)  # before result.json: a finished run has its scores
     result = {"run_id": cell.run_id, "dataset": cell.dataset, "fold": cell.fold, "method": cell.method,
               "kind": cell.kind, "seed": cell.seed, "fingerprint": cell.fingerprint(),
               "convention": cell.settings["convention"], "seconds": round(time.perf_counter() - started, 3),
@@ -191,14 +199,18 @@ def _run_cell_worker(cell_json: str, out_dir: str) -> dict[str, Any]:
 class ExperimentOutcome:
     """``results`` of every finished cell (in grid order); which ran now, were found finished, failed.
 
-    ``failed`` maps a run id to its error message; a failed run leaves no ``result.json``, so the
-    next invocation tries it again.
+    ``failed`` maps a run id (or an ensemble id) to its error message; a failed run leaves no
+    ``result.json``, so the next invocation tries it again. ``results`` also holds the seed
+    ensembles (``kind`` "ensemble"), each right after its last member run; ``ensembles_built``
+    were (re)built now, ``ensembles_reused`` were found up to date.
     """
 
     results: list[dict[str, Any]]
     ran: list[str]
     skipped: list[str]
     failed: dict[str, str] = field(default_factory=dict)
+    ensembles_built: list[str] = field(default_factory=list)
+    ensembles_reused: list[str] = field(default_factory=list)
 
 
 def finished_result(cell: Cell, out_dir: Path) -> dict[str, Any] | None:
@@ -265,10 +277,48 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 
                 except SmoothrankError as err:
                     failed[cell.run_id] = str(err)
                     say(f"[{i}/{len(todo)}] {cell.run_id} failed: {err}")
-    return ExperimentOutcome([done[c.run_id] for c in cells if c.run_id in done], ran, skipped, failed)
+    results = [done[c.run_id] for c in cells if c.run_id in done]
+    built: list[str] = []
+    reused: list[str] = []
+    if spec.ensemble:
+        results = _with_ensembles(spec, cells, results, done, out, failed, built, reused, say)
+    return ExperimentOutcome(results, ran, skipped, failed, built, reused)
 
 
-def load_results(out_dir: str | Path) -> list[dict[str, Any]]:
-    """Every ``result.json`` under ``OUT/runs`` (sorted by run id)."""
+def _with_ensembles(spec: ExperimentSpec, cells: Sequence[Cell], results: list[dict[str, Any]],
+                    done: dict[str, dict[str, Any]], out: Path, failed: dict[str, str], built: list[str],
+                    reused: list[str], say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """``results`` with each buildable seed ensemble inserted after its last member run."""
+    from smoothrank.experiments.ensemble import build_ensemble, plan_ensembles
+
+    after: dict[str, list[dict[str, Any]]] = {}
+    cache: dict[str, dict[str, Any]] = {}
+    for plan in plan_ensembles(spec, cells):
+        missing = [c.run_id for c in plan.members if c.run_id not in done]
+        if missing:
+            say(f"ensemble {plan.ensemble_id}: waiting for {len(missing)} unfinished run(s)")
+            continue
+        try:
+            result, now = build_ensemble(plan, out, done, metrics=spec.metrics, convention=spec.convention,
+                                         split_cache=cache)
+        except SmoothrankError as err:
+            failed[plan.ensemble_id] = str(err)
+            say(f"ensemble {plan.ensemble_id} failed: {err}")
+            continue
+        (built if now else reused).append(plan.ensemble_id)
+        if now:
+            say(f"ensemble {plan.ensemble_id} built")
+        after.setdefault(plan.members[-1].run_id, []).append(result)
+    merged: list[dict[str, Any]] = []
+    for result in results:
+        merged += [result, *after.get(result["run_id"], [])]
+    return merged
+
+
+def load_results(out_dir: str | Path, *, ensembles: bool = False) -> list[dict[str, Any]]:
+    """Every ``result.json`` under ``OUT/runs`` (sorted by run id), then, with ``ensembles``,
+    under ``OUT/ensembles``."""
     paths = sorted((Path(out_dir) / "runs").glob(f"*/{RESULT_FILE}"))
+    if ensembles:
+        paths += sorted((Path(out_dir) / "ensembles").glob(f"*/{RESULT_FILE}"))
     return [json.loads(p.read_text(encoding="utf-8")) for p in paths]

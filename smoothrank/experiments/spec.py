@@ -23,6 +23,8 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
       - {label: mlp, kind: mlp, hidden: [64]}
     gbdt:
       - {library: lightgbm, objective: lambdarank, num_boost_round: 500}
+    ensemble: false                 # true: also <method>+ens<N>, the seed ensembles (N = len(seeds) >= 2)
+    ensemble_normalize: zscore      # zscore | rank | none (smoothrank.experiments.ensemble)
 
 Relative file paths are relative to the spec file. Every problem is reported at once as a
 :class:`~smoothrank.errors.ConfigError` naming the spec file and the key.
@@ -119,6 +121,10 @@ class ExperimentSpec(_Strict):
     losses: list[LossSpec] = []
     models: list[ModelSpec] = []
     gbdt: list[GBDTSpec] = []
+    # Seed ensembles ``<method>+ens<N>`` of every method (smoothrank.experiments.ensemble); they are
+    # not cells: they change no run's settings or fingerprint.
+    ensemble: bool = False
+    ensemble_normalize: str = "zscore"
     # Set by load_spec: the folder relative paths are resolved against (not part of the YAML).
     base_dir: str = "."
 
@@ -134,6 +140,12 @@ class ExperimentSpec(_Strict):
         """Every method label, neural (``loss-model``) then GBDT."""
         return [f"{loss.tag}-{model.label}" for loss in self.losses for model in self.models] + \
                [g.tag for g in self.gbdt]
+
+    def ensemble_labels(self) -> list[str]:
+        """The seed-ensemble method labels ``<method>+ens<N>`` (none unless ``ensemble: true``)."""
+        if not self.ensemble:
+            return []
+        return [f"{label}+ens{len(self.seeds)}" for label in self.method_labels()]
 
 
 # ------------------------------------------------------------------------------ cells
@@ -300,7 +312,11 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             check_gbdt(gb.library, gb.objective, gb.params, where=f"gbdt.{i}")
         except ConfigError as err:
             problems.append(str(err))
-    labels = spec.method_labels()
+    if spec.ensemble and len(set(spec.seeds)) < 2:
+        problems.append(f"ensemble: a seed ensemble needs at least 2 distinct seeds, got seeds: {spec.seeds}")
+    if spec.ensemble_normalize not in ("zscore", "rank", "none"):
+        problems.append(f"ensemble_normalize: expected zscore, rank or none, got {spec.ensemble_normalize!r}")
+    labels = spec.method_labels() + spec.ensemble_labels()
     for label in sorted({x for x in labels if labels.count(x) > 1}):
         problems.append(f"losses/models/gbdt: method label {label!r} is used twice (set label:)")
     if spec.baseline is not None and spec.baseline not in labels:
