@@ -27,7 +27,7 @@ from smoothrank.experiments import (
     summarize,
 )
 from smoothrank.experiments.gbdt import fit_gbdt
-from smoothrank.experiments.report import format_csv, format_markdown
+from smoothrank.experiments.report import format_csv, format_markdown, published_comparison
 from smoothrank.metrics import evaluate_flat, mean_metrics
 
 
@@ -258,6 +258,30 @@ def test_summary_hand_check():
                                                            ("ours", "test"), ("ours", "train")}
     assert float(next(r for r in parsed if r["method"] == "ours" and r["split"] == "test")["mean"]) == \
         pytest.approx(np.mean(fold_means), abs=1e-5)
+
+
+def _row(method, split, metric, mean, kind="neural"):
+    return {"dataset": "mq2008", "method": method, "kind": kind, "split": split, "metric": metric,
+            "mean": mean, "std": 0.0, "n_folds": 5, "n_runs": 5, "baseline": "", "p_value": math.nan,
+            "t_statistic": math.nan, "n_queries": 0, "significant": 0}
+
+
+def test_published_comparison_orders_by_validation_and_needs_every_row_beaten():
+    published = {"P": {"ndcg@1": 0.30, "ndcg@3": 0.40, "ndcg@5": 0.45, "map": 0.46},
+                 "Q": {"ndcg@1": 0.35, "ndcg@3": 0.38, "ndcg@5": 0.47, "map": 0.44}}
+    test_a = {"ndcg@1": 0.36, "ndcg@3": 0.41, "ndcg@5": 0.48, "map": 0.47}   # above both everywhere
+    test_b = {"ndcg@1": 0.36, "ndcg@3": 0.41, "ndcg@5": 0.46, "map": 0.47}   # below Q on ndcg@5
+    rows = [_row("b", "valid", "ndcg@10", 0.30), _row("a", "valid", "ndcg@10", 0.20)]
+    rows += [_row("a", "test", m, v) for m, v in test_a.items()]
+    rows += [_row("b", "test", m, v) for m, v in test_b.items()]
+    rows.append(_row("c", "test", "ndcg@1", 0.40, kind="gbdt"))  # no validation, missing metrics: last, no
+    table = published_comparison(rows, "mq2008", published, select_by="ndcg@10")
+    assert [r["method"] for r in table] == ["b", "a", "c"]
+    assert table[1]["beats_all"] and not table[0]["beats_all"] and not table[2]["beats_all"]
+    assert table[0]["beats"] == {"ndcg@1": True, "ndcg@3": True, "ndcg@5": False, "map": True}
+    assert table[2]["beats"]["ndcg@1"] and not table[2]["beats"]["map"]
+    tie = [_row("t", "test", m, published["Q"][m] if m == "ndcg@5" else 1.0) for m in test_a]
+    assert not published_comparison(tie, "mq2008", published, select_by="ndcg@10")[0]["beats"]["ndcg@5"]
 
 
 def test_seeds_are_averaged_within_a_fold():

@@ -62,7 +62,8 @@ def run(args: Any) -> int:
     command = "smoothrank experiment " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
         if len(sys.argv) > 2 and sys.argv[1] == "experiment" else None
     write_reports(outcome.results, out, metrics=spec.metrics, title=f"Experiment {spec.name}",
-                  convention=spec.convention, baseline=spec.baseline, alpha=spec.alpha, command=command)
+                  convention=spec.convention, baseline=spec.baseline, alpha=spec.alpha, command=command,
+                  select_by=spec.select_by)
     ensembles = (f"{len(outcome.ensembles_built)} ensemble(s) built, {len(outcome.ensembles_reused)} reused; "
                  if spec.ensemble else "")
     print(f"{len(outcome.ran)} run(s) done, {len(outcome.skipped)} skipped (finished before); {ensembles}"

@@ -28,7 +28,8 @@ import numpy as np
 from smoothrank._atomic import write_text_atomic
 from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
 
-__all__ = ["CSV_COLUMNS", "format_markdown", "published_baselines", "summarize", "write_reports"]
+__all__ = ["CSV_COLUMNS", "TARGET_METRICS", "format_markdown", "published_baselines", "published_comparison",
+           "summarize", "write_reports"]
 
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
                "baseline", "p_value", "t_statistic", "n_queries", "significant")
@@ -113,9 +114,59 @@ def _cell(row: dict[str, Any] | None) -> str:
     return text + {1: " ▲", -1: " ▼"}.get(row["significant"], "")
 
 
+TARGET_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "map")
+
+
+def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published: dict[str, dict[str, float]],
+                         *, select_by: str, targets: Sequence[str] = TARGET_METRICS) -> list[dict[str, Any]]:
+    """Each method of ``dataset`` against the published rows, ordered by mean validation ``select_by``.
+
+    For every target metric, ``beats[metric]`` is True when the method's mean test value over the
+    folds is strictly above every published value of that metric (a published row without it is
+    ignored); ``beats_all`` when that holds for every target. The order is the only thing the
+    validation split decides: the first row is the configuration a user would pick without
+    looking at the test split.
+    """
+    index = {(r["method"], r["split"], r["metric"]): r["mean"] for r in rows if r["dataset"] == dataset}
+    methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
+    kinds = {r["method"]: r["kind"] for r in rows if r["dataset"] == dataset}
+    out = []
+    for method in methods:
+        test = {m: index.get((method, "test", m), math.nan) for m in targets}
+        beats = {m: not math.isnan(test[m]) and all(test[m] > p[m] for p in published.values() if m in p)
+                 for m in targets}
+        out.append({"method": method, "kind": kinds[method],
+                    "valid": index.get((method, "valid", select_by), math.nan), "test": test, "beats": beats,
+                    "beats_all": all(beats.values())})
+    return sorted(out, key=lambda r: -r["valid"] if not math.isnan(r["valid"]) else math.inf)
+
+
+def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: dict[str, dict[str, float]],
+                      select_by: str) -> list[str]:
+    table = published_comparison(rows, dataset, published, select_by=select_by)
+    targets = list(TARGET_METRICS)
+    lines = [f"## {dataset}: test against every published row, by validation {select_by}", "",
+             "✓: above every published baseline on that metric (mean test over the folds).", "",
+             f"| method | validation {select_by} | " + " | ".join(targets) + " | all four |",
+             "|---|---|" + "---|" * (len(targets) + 1)]
+    for r in table:
+        valid = "–" if math.isnan(r["valid"]) else f"{r['valid']:.4f}"
+        cells = [("–" if math.isnan(r["test"][m]) else f"{r['test'][m]:.4f}")
+                 + (" ✓" if r["beats"][m] else "") for m in targets]
+        verdict = "yes" if r["beats_all"] else "no"
+        lines.append(f"| {r['method']} | {valid} | " + " | ".join(cells) + f" | {verdict} |")
+    best = [f"{m}: {max(p[m] for p in published.values() if m in p):.4f}" for m in targets]
+    return [*lines, "", "Best published value per metric: " + ", ".join(best) + ".", ""]
+
+
 def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], title: str, convention: str,
-                    baseline: str | None, alpha: float, command: str | None = None) -> str:
-    """Markdown tables: per dataset, test and training metrics (mean ± std over folds)."""
+                    baseline: str | None, alpha: float, command: str | None = None,
+                    select_by: str | None = None) -> str:
+    """Markdown tables: per dataset, test and training metrics (mean ± std over folds).
+
+    Where published LETOR 4.0 rows apply and ``select_by`` is given, a last table compares each
+    method with them (:func:`published_comparison`).
+    """
     lines = [f"# {title}", ""]
     if command:
         lines += [f"Command: `{command}`", ""]
@@ -154,6 +205,9 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
             note = "" if n_folds == 5 else (f" This experiment has {n_folds} fold(s) of {dataset}: "
                                             "compare with care.")
             lines += [f"Published rows: {SOURCE}; test sets, 5-fold average.{note}", ""]
+            if select_by is not None and all(m in metrics for m in TARGET_METRICS):
+                published = published_baselines([dataset], convention)
+                lines += _comparison_lines(rows, dataset, published, select_by)
     return "\n".join(lines)
 
 
@@ -171,7 +225,7 @@ def format_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, metrics: Sequence[str],
                   title: str, convention: str, baseline: str | None = None, alpha: float = 0.05,
-                  command: str | None = None) -> list[dict[str, Any]]:
+                  command: str | None = None, select_by: str | None = None) -> list[dict[str, Any]]:
     """Write ``summary.md``, ``summary.csv`` and ``summary.json`` into ``out_dir``; return the rows."""
     from smoothrank.experiments.runner import write_json
 
@@ -179,7 +233,7 @@ def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, met
     out.mkdir(parents=True, exist_ok=True)
     rows = summarize(results, metrics=metrics, baseline=baseline, alpha=alpha)
     markdown = format_markdown(rows, metrics=metrics, title=title, convention=convention,
-                               baseline=baseline, alpha=alpha, command=command)
+                               baseline=baseline, alpha=alpha, command=command, select_by=select_by)
     write_text_atomic(out / "summary.md", markdown)
     write_text_atomic(out / "summary.csv", format_csv(rows))
     write_json(out / "summary.json", {"title": title, "convention": convention, "baseline": baseline,
