@@ -27,7 +27,8 @@ from smoothrank.experiments import (
     summarize,
 )
 from smoothrank.experiments.gbdt import fit_gbdt
-from smoothrank.experiments.report import format_csv, format_markdown, published_comparison
+from smoothrank.experiments.report import compare_methods, format_csv, format_markdown, published_comparison
+from smoothrank.experiments.runner import write_json
 from smoothrank.metrics import evaluate_flat, mean_metrics
 
 
@@ -350,6 +351,27 @@ def test_cli_experiment(letor_files, tmp_path, capsys):
     assert "missing.yaml" in capsys.readouterr().err
     assert cli_main(["experiment", str(spec_path), "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_compare_two_methods_against_scipy(tmp_path, capsys):
+    from scipy.stats import ttest_rel
+
+    rng = np.random.default_rng(3)
+    a = {f: rng.uniform(size=20).round(3).tolist() for f in (1, 2)}
+    b = {f: rng.uniform(size=20).round(3).tolist() for f in (1, 2)}
+    results = [_fake("a", f, a[f], 0.5) for f in (1, 2)] + [_fake("b", f, b[f], 0.5) for f in (1, 2)]
+    for r in results:
+        write_json(tmp_path / "runs" / f"{r['method']}-{r['fold']}" / "result.json", r)
+    reference = ttest_rel(a[1] + a[2], b[1] + b[2])
+    test = compare_methods(results, "a", "b", metrics=["ndcg@1"])["ndcg@1"]
+    assert test.n == 40 and test.pvalue == pytest.approx(reference.pvalue, rel=1e-6)
+    assert test.statistic == pytest.approx(reference.statistic, rel=1e-9)
+    assert cli_main(["compare", str(tmp_path), "a", "b", "--metrics", "ndcg@1", "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["ndcg@1"]["p_value"] == pytest.approx(reference.pvalue, rel=1e-6)
+    assert cli_main(["compare", str(tmp_path), "a", "nope"]) == 2
+    assert "method_b" in capsys.readouterr().err
+    assert cli_main(["compare", str(tmp_path / "nowhere"), "a", "b"]) == 2
 
 
 def test_shallow_training_discount(letor_files, tmp_path):

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from smoothrank._atomic import write_text_atomic
+from smoothrank.errors import SmoothrankError
 from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
 
-__all__ = ["CSV_COLUMNS", "TARGET_METRICS", "format_markdown", "published_baselines", "published_comparison",
-           "summarize", "write_reports"]
+__all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "published_baselines",
+           "published_comparison", "summarize", "write_reports"]
 
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
                "baseline", "p_value", "t_statistic", "n_queries", "significant")
@@ -91,6 +92,22 @@ def _compare(runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric
     a, b = _per_query(runs, metric), _per_query(base_runs, metric)
     keys = sorted(set(a) & set(b), key=str)
     return paired_ttest([a[k] for k in keys], [b[k] for k in keys])
+
+
+def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: str, *,
+                    metrics: Sequence[str]) -> dict[str, TTest]:
+    """Paired t-test of ``method_a - method_b`` per metric, over their common test queries.
+
+    Pairs are the per-query test values on the same (fold, query), seeds averaged per query, all
+    folds pooled: the same test as the summary's baseline column, between any two methods.
+    """
+    present = {r["method"] for r in results}
+    for name, method in (("method_a", method_a), ("method_b", method_b)):
+        if method not in present:
+            raise SmoothrankError(f"{name}: no finished run of {method!r}; methods: {sorted(present)}")
+    runs_a = [r for r in results if r["method"] == method_a]
+    runs_b = [r for r in results if r["method"] == method_b]
+    return {metric: _compare(runs_a, runs_b, metric) for metric in metrics}
 
 
 # ------------------------------------------------------------------------------ formatting
