@@ -329,14 +329,17 @@ def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[st
     fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.22 * len(names) * len(methods) + 2.0)), 4.2))
     width = 0.8 / len(methods)
     centres = np.arange(len(names))
-    # tab20 keeps up to 20 methods distinguishable (the default cycle repeats after 10).
+    # tab20 keeps 20 methods distinguishable (the default cycle repeats after 10); beyond that the
+    # colours repeat with a hatch, so up to 80 methods stay distinguishable.
     colours = plt.get_cmap("tab20").colors
+    hatches = ("", "///", "...", "xxx")
     for i, method in enumerate(methods):
         # No error bar where the spread is unknown (a single fold).
         errors = stds[i] if np.isfinite(stds[i]).any() else None
         ax.bar(centres + (i - (len(methods) - 1) / 2) * width, np.nan_to_num(means[i]), width,
                yerr=None if errors is None else np.nan_to_num(errors), capsize=2, label=method,
-               color=colours[i % len(colours)])
+               color=colours[i % len(colours)], hatch=hatches[(i // len(colours)) % len(hatches)],
+               edgecolor="white" if i >= len(colours) else None)
     ax.set_xticks(centres)
     ax.set_xticklabels(names)
     ax.set_ylabel(f"{split} mean ± std over folds")
