@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-large", action="store_true",
                         help="also run allRank and the naive reference at 16 x 1000 (~7 GiB, ~40 s each)")
     parser.add_argument("--losses", default=",".join(OURS), help="comma-separated smoothrank losses")
+    parser.add_argument("--sizes", default=",".join(f"{b}x{n}" for b, n in SIZES),
+                        help="comma-separated batch x list sizes, e.g. 64x240,16x1000")
     args = parser.parse_args(argv)
     if args.worker:
         impl, name, b, n, device, repeats, grad_out = args.worker
@@ -215,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     if peer_note:
         print(f"# note: {peer_note}")
     cases = []
-    for b, n in SIZES:
+    sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+    for b, n in sizes:
         large = n >= 1000
         for name in args.losses.split(","):
             cases.append(("ours", name, b, n))
@@ -228,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             impl, name, b, n = case
             slow = impl != "ours" and name.startswith("neural")
-            results[case].append(run_case(impl, name, b, n, args.device, 1 if slow else args.repeats))
+            result = run_case(impl, name, b, n, args.device, 1 if slow else args.repeats)
+            results[case].append(result)
+            # progress, so that a run cut short still leaves its measurements behind
+            print(f"# {impl} {name} {b} x {n}: {json.dumps(result)}", file=sys.stderr, flush=True)
     print(f"# load after: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     print()
     print("| loss | implementation | batch x n | time (ms) | peak delta (MiB) | loss value | check |")

@@ -34,10 +34,15 @@ __all__ = [
     "stochastic_neural_sort",
 ]
 
-# Bytes of matrix processed per Sinkhorn chunk: a few queries whose (n, n) blocks stay in the
-# processor's cache for all iterations, instead of sweeping the whole batch tensor (memory-bound)
-# once per iteration.
+# Bytes of matrix processed per Sinkhorn chunk. On the CPU: a few queries whose (n, n) blocks stay
+# in the processor's cache for all iterations, instead of sweeping the whole batch tensor
+# (memory-bound) once per iteration. On a GPU the cost is the number of kernel launches, not memory
+# traffic: chunks are as large as a bounded temporary allows (the whole batch at the usual sizes).
 _CHUNK_BYTES = 1 << 22
+_DEVICE_CHUNK_BYTES = 1 << 28
+# A GPU stalls at every host read of a convergence flag: check it only every few iterations there
+# (stopped queries are frozen either way, so the result does not depend on this).
+_DEVICE_CHECK_EVERY = 5
 
 
 # --------------------------------------------------------------------------- validation helpers
@@ -232,6 +237,10 @@ def _vecmat(u: Tensor, k: Tensor) -> Tensor:
     return torch.matmul(u.unsqueeze(-2), k).squeeze(-2)
 
 
+def _check_every(device: torch.device) -> int:
+    return 1 if device.type == "cpu" else _DEVICE_CHECK_EVERY
+
+
 def _sinkhorn_chunk(kc: Tensor, ktc: Tensor, rf: Tensor, cf: Tensor, max_iter: int, tol: float
                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Sinkhorn iterations on one chunk of queries (K and a contiguous K^T), no autograd.
@@ -250,6 +259,7 @@ def _sinkhorn_chunk(kc: Tensor, ktc: Tensor, rf: Tensor, cf: Tensor, max_iter: i
     kv = _vecmat(v, ktc)
     act = torch.ones(c, dtype=torch.bool, device=kc.device)
     e = kc.new_zeros(c)
+    check_every = _check_every(kc.device)
     for t in range(max_iter):
         u_new = rf / kv.clamp_min(tiny)
         ktu = _vecmat(u_new, kc)
@@ -265,7 +275,7 @@ def _sinkhorn_chunk(kc: Tensor, ktc: Tensor, rf: Tensor, cf: Tensor, max_iter: i
         vs[:, t + 1] = v
         active[:, t] = act
         act = act & (e_new >= tol)  # strict '< tol' stops; tol = 0 never stops
-        if not bool(act.any()):
+        if (t + 1) % check_every == 0 and not bool(act.any()):
             break
     return u, v, e, us, vs, active
 
@@ -302,8 +312,9 @@ def _sinkhorn_adjoint_chunk(kc: Tensor, ktc: Tensor, us: Tensor, vs: Tensor, act
     return left, right
 
 
-def _chunk_size(n: int, dtype: torch.dtype) -> int:
-    return max(1, _CHUNK_BYTES // max(1, n * n * torch.empty((), dtype=dtype).element_size()))
+def _chunk_size(n: int, dtype: torch.dtype, device: torch.device) -> int:
+    budget = _CHUNK_BYTES if device.type == "cpu" else _DEVICE_CHUNK_BYTES
+    return max(1, budget // max(1, n * n * torch.empty((), dtype=dtype).element_size()))
 
 
 class _SinkhornScaling(torch.autograd.Function):
@@ -364,7 +375,8 @@ def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | N
     adjoint recursion on vectors and gathers the gradient for K, a sum of 2T outer products
     ``u_t wbar_t^T + zbar_t v_{t-1}^T``, into one batched matrix product. It is the exact gradient
     of the unrolled iterations (equal to autograd through them), not an implicit approximation.
-    Work runs in chunks of queries small enough to stay in cache.
+    Work runs in chunks of queries: small enough to stay in cache on the CPU, the whole batch on
+    a GPU (where kernel launches, not memory traffic, are the cost).
 
     Parameters
     ----------
@@ -405,7 +417,7 @@ def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | N
         query, index = (int(i) for i in where.nonzero()[0])
         raise SmoothrankError(f"matrix: real {kind} {index} of query {query} has no positive entry, so it "
                               "cannot be scaled to doubly stochastic (raise tiny entries, e.g. by a floor)")
-    chunk = _chunk_size(matrix.shape[-1], dtype)
+    chunk = _chunk_size(matrix.shape[-1], dtype, matrix.device)
     u, v, err = _SinkhornScaling.apply(k, row_mask.to(dtype), col_mask.to(dtype), int(max_iter),
                                        float(tol), chunk)
     return u, v, err
@@ -513,11 +525,11 @@ def neural_sort_bilinear(scores: Tensor, left: Tensor, right: Tensor, *, mask: T
 
     scale() being Sinkhorn scaling (:func:`sinkhorn_scaling`) or the identity (``sinkhorn=False``).
 
-    The computation runs in chunks of queries that stay in cache; the backward pass recomputes
-    each chunk's P-hat, runs the Sinkhorn adjoint recursion on vectors and gathers the matrix
-    gradient with one batched product, then applies the softmax backward and returns gradients
-    for the scores only (``left`` and ``right`` are treated as constants). The gradient is exactly
-    that of the unrolled computation.
+    The computation runs in chunks of queries (cache-sized on the CPU, the batch on a GPU); the
+    backward pass recomputes each chunk's P-hat, runs the Sinkhorn adjoint recursion on vectors
+    and gathers the matrix gradient with one batched product, then applies the softmax backward
+    and returns gradients for the scores only (``left`` and ``right`` are treated as constants).
+    The gradient is exactly that of the unrolled computation.
 
     Returns
     -------
@@ -539,4 +551,4 @@ def neural_sort_bilinear(scores: Tensor, left: Tensor, right: Tensor, *, mask: T
     right = right.detach().to(dtype) * cols_f
     return _NeuralSortBilinear.apply(s, b, coef, rows_f, cols_f, left, right, tau, bool(sinkhorn),
                                      bool(transposed), int(max_iter), float(tol),
-                                     _chunk_size(scores.shape[-1], dtype))
+                                     _chunk_size(scores.shape[-1], dtype, scores.device))

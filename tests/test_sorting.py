@@ -184,6 +184,32 @@ def test_sinkhorn_marginals_error_and_per_query_stopping() -> None:
     assert err2[0] > 1e-6
 
 
+@pytest.mark.parametrize(("chunk", "check_every"), [(1, 1), (3, 7), (10_000, 5)])
+def test_results_do_not_depend_on_chunking_or_the_convergence_check_interval(monkeypatch, chunk: int,
+                                                                              check_every: int) -> None:
+    """A GPU runs the whole batch as one chunk and reads the stop flag every few iterations; the CPU
+    runs cache-sized chunks and checks every iteration. Values and gradients must not change."""
+    scores = torch.randn(9, 13, generator=torch.Generator().manual_seed(4), dtype=F64) * 3
+    mask = torch.rand(9, 13, generator=torch.Generator().manual_seed(5)) > 0.2
+    left = torch.rand(9, 13, dtype=F64)
+    right = torch.rand(9, 13, dtype=F64)
+
+    def run() -> tuple[torch.Tensor, ...]:
+        s = scores.clone().requires_grad_()
+        value, err = sorting.neural_sort_bilinear(s, left, right, mask=mask, temperature=0.5, tol=1e-7)
+        (grad,) = torch.autograd.grad(value.sum(), s)
+        k = sorting.neural_sort(scores, mask=mask, temperature=0.5).requires_grad_()
+        out, err_k = sorting.sinkhorn_with_info(k, mask=(sorting.rank_mask(mask), mask), tol=1e-7)
+        (grad_k,) = torch.autograd.grad((out * right.unsqueeze(-1)).sum(), k)
+        return value, err, grad, out, err_k, grad_k
+
+    reference = run()
+    monkeypatch.setattr(sorting, "_chunk_size", lambda n, dtype, device: chunk)
+    monkeypatch.setattr(sorting, "_check_every", lambda device: check_every)
+    for got, want in zip(run(), reference, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-13, rtol=0)
+
+
 def test_sinkhorn_stable_at_small_temperature_and_padded_rows() -> None:
     s = torch.randn(3, 50) * 5
     s[1, 10:20] = 0.25  # ties
