@@ -24,7 +24,7 @@ from smoothrank.softrank import (
 )
 from smoothrank.softrank.rank_binomial import HAVE_NUMBA
 
-BACKENDS = ["numba", "torch"] if HAVE_NUMBA else ["torch"]
+BACKENDS = (["numba"] if HAVE_NUMBA else []) + ["torch", "fft"]
 F64 = torch.float64
 
 
@@ -139,15 +139,46 @@ def test_numba_and_torch_paths_agree(dtype: torch.dtype, max_rank: int | None) -
     pi = pairwise_probabilities(scores, sigma=1.0, mask=mask).requires_grad_()
     weights = torch.randn(4, 23, 23 if max_rank is None else max_rank, generator=g, dtype=dtype)
     out, grads = [], []
-    for backend in ("numba", "torch"):
+    for backend in ("numba", "torch", "fft"):
         p = rank_distributions(pi, mask=mask, max_rank=max_rank, select=select, backend=backend)
         (grad,) = torch.autograd.grad((p * weights).sum(), pi)
         out.append(p)
         grads.append(grad)
     tol = 1e-5 if dtype == torch.float32 else 1e-12
-    torch.testing.assert_close(out[0], out[1], rtol=0, atol=tol)
-    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=tol * 10)
-    assert out[0].dtype == dtype and grads[0].dtype == dtype
+    for other in (1, 2):
+        torch.testing.assert_close(out[other], out[0], rtol=0, atol=tol)
+        torch.testing.assert_close(grads[other], grads[0], rtol=0, atol=tol * 10)
+    assert all(o.dtype == dtype for o in out) and all(g.dtype == dtype for g in grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fourier_path_in_blocks_and_at_the_extremes(dtype: torch.dtype,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The FFT form against the recursion: documents cut into many blocks, contests of exactly 0, 1
+    and 1/2 (one-hot rank distributions and the frequency where 1 + pi z_k is smallest), an even
+    and an odd list length, a list of one."""
+    from smoothrank.softrank import rank_binomial
+
+    for n in (1, 2, 9, 40):
+        g = torch.Generator().manual_seed(n)
+        pi = torch.rand(3, n, n, generator=g, dtype=dtype)
+        pi[0] = (pi[0] > 0.5).to(dtype)  # deterministic contests
+        pi[1, : n // 2] = 0.5
+        mask = torch.ones(3, n, dtype=torch.bool)
+        mask[2, n // 3:] = n < 3
+        weights = torch.randn(3, n, n, generator=g, dtype=dtype)
+        results = []
+        for backend, block in (("torch", None), ("fft", 1 << 22), ("fft", max(1, n))):
+            monkeypatch.setitem(rank_binomial._FFT_BLOCK_ENTRIES, "cpu", block or 1 << 22)
+            x = pi.clone().requires_grad_()
+            p = rank_distributions(x, mask=mask, backend=backend)
+            (grad,) = torch.autograd.grad((p * weights).sum(), x)
+            assert torch.isfinite(p).all() and torch.isfinite(grad).all()
+            results.append((p, grad))
+        tol = 1e-5 if dtype == torch.float32 else 1e-12
+        for p, grad in results[1:]:
+            torch.testing.assert_close(p, results[0][0], rtol=0, atol=tol)
+            torch.testing.assert_close(grad, results[0][1], rtol=0, atol=tol * max(10, n))
 
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")

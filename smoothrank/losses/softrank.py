@@ -55,8 +55,10 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
     gain, discount
         The :mod:`smoothrank.gains` vocabulary; for the paper's shallower training discounts pass
         ``discount=smoothrank.softrank.shallow_discount(alpha, n)``.
-    backend : "auto" | "numba" | "torch"
-        The exact recursion's implementation (the compiled CPU kernel, or pure PyTorch).
+    backend : "auto" | "numba" | "torch" | "fft"
+        The exact distribution's implementation: the compiled CPU kernel, the pure-PyTorch
+        recursion, or the Fourier form (:mod:`smoothrank.softrank.rank_binomial`); ``"auto"``
+        takes the kernel on the CPU and the Fourier form on a GPU.
 
     Returns
     -------

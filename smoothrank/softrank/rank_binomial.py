@@ -28,9 +28,28 @@ states are recomputed instead:
   keeps a checkpoint every ``sqrt(n)`` steps per block and regenerates each segment from it
   (``O(threads (sqrt(n) + n / sqrt(n)) R 64)`` memory). For a few selected documents (the
   hybrid) one recursion per document keeps its ``n x R`` states and sweeps back through them.
-* Other devices (pure PyTorch): the batch is swept competitor by competitor; the backward stores
-  a checkpoint every ``c = ceil(sqrt(n))`` steps during a recomputed forward and regenerates each
-  segment of ``c`` states from its checkpoint: ``O(sqrt(n))`` tensors of shape (batch, n, R).
+* ``backend="torch"`` (pure PyTorch): the batch is swept competitor by competitor; the backward
+  stores a checkpoint every ``c = ceil(sqrt(n))`` steps during a recomputed forward and
+  regenerates each segment of ``c`` states from its checkpoint: ``O(sqrt(n))`` tensors of shape
+  (batch, n, R). Its ``3n`` sequential steps make it launch- and bandwidth-bound on a GPU.
+* GPUs (``backend="fft"``, the default off the CPU): no recursion at all. The rank distribution
+  is the coefficient list of the polynomial ``prod_i (1 - pi_ij + pi_ij x)``, so its discrete
+  Fourier transform at the ``N``-th roots of unity ``w^k`` (odd ``N >= n``) is a product:
+
+      F_j(k) = sum_r p_j(r) w^(-k r) = prod_i (1 + pi_ij z_k),   z_k = w^(-k) - 1,   w = e^(2 pi i / N)
+
+  computed as ``exp(sum_i log(1 + pi_ij z_k))`` for the ``(N + 1) / 2`` non-redundant ``k``
+  (``p`` is real) and inverted with one real inverse FFT. Its gradient is closed-form,
+
+      dL/dpi_ij = Re sum_k c_k G_j(k) F_j(k) z_k / (N (1 + pi_ij z_k)),   G_j(k) = sum_r dL/dp_j(r) w^(k r),
+
+  with ``c_0 = 1`` and ``c_k = 2`` otherwise (the conjugate half). ``1 + pi z_k`` never vanishes:
+  it would need ``pi = 1/2`` and ``w^-k = -1``, which an odd ``N`` excludes. Every (document,
+  competitor, frequency) term is independent, so a whole batch is a handful of large kernels;
+  the work runs in blocks of documents of bounded size, and only ``F`` (``batch x n x N/2``
+  complex numbers) is kept for the backward. Rounding: the sum of ``n`` logarithms carries about
+  ``n`` ulps, so float32 inputs give probabilities to about ``1e-6`` absolute (float64 inputs:
+  ``1e-14``); values that are exactly 0 may come out as tiny negative numbers of that size.
 
 The adjoint is equivalent to the paper's forward-mode derivative recursion (eq. 18) contracted
 with ``dL/dp`` (reverse mode costs one sweep instead of one per score ``m``); the tests compare
@@ -48,7 +67,7 @@ from torch import Tensor
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.pairwise import default_mask, pair_mask
 
-BACKENDS = ("auto", "numba", "torch")
+BACKENDS = ("auto", "numba", "torch", "fft")
 
 try:  # Numba is a declared dependency, but keep the pure-PyTorch path importable without it.
     from smoothrank.softrank import _numba
@@ -60,12 +79,25 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 def _use_numba(pi: Tensor, backend: str) -> bool:
+    return resolve_backend(pi, backend) == "numba"
+
+
+def resolve_backend(pi: Tensor, backend: str) -> str:
+    """The path ``backend`` takes for ``pi``: ``"auto"`` is the Numba kernel for float32/float64 CPU
+    tensors and the FFT form elsewhere (GPUs), or the PyTorch recursion for other dtypes."""
     if backend not in BACKENDS:
         raise SmoothrankError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    kernel_ok = HAVE_NUMBA and pi.device.type == "cpu" and pi.dtype in (torch.float32, torch.float64)
+    floating = pi.dtype in (torch.float32, torch.float64)
+    kernel_ok = HAVE_NUMBA and pi.device.type == "cpu" and floating
     if backend == "numba" and not kernel_ok:
         raise SmoothrankError("backend: 'numba' needs numba and a float32/float64 CPU tensor")
-    return kernel_ok and backend != "torch"
+    if backend == "fft" and not floating:
+        raise SmoothrankError(f"backend: 'fft' needs a float32/float64 tensor, got {pi.dtype}")
+    if backend != "auto":
+        return backend
+    if kernel_ok:
+        return "numba"
+    return "fft" if floating and pi.device.type != "cpu" else "torch"
 
 
 # ----------------------------------------------------------------------------- pure PyTorch path
@@ -115,6 +147,64 @@ def _torch_backward(pi: Tensor, grad_p: Tensor) -> Tensor:
     return grad_pi
 
 
+# ----------------------------------------------------------------------------- FFT path
+# Complex entries per block of the (documents, competitors, frequencies) work: 256 MiB of
+# complex64 on a GPU, 32 MiB on the CPU (where the path runs only when asked for).
+_FFT_BLOCK_ENTRIES = {"cpu": 1 << 22, "other": 1 << 25}
+
+
+def _fft_points(n: int) -> int:
+    """The odd number of DFT points ``N >= n`` (odd, so that ``1 + pi z_k`` cannot vanish)."""
+    return n if n % 2 == 1 else n + 1
+
+
+def _fft_frequencies(n_points: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``z_k = exp(-2 pi i k / N) - 1`` for k = 0..(N-1)/2 and the weights ``c_k`` of the conjugate half."""
+    k = torch.arange((n_points + 1) // 2, device=device, dtype=torch.float64)
+    angle = 2.0 * math.pi * k / n_points
+    z = torch.complex(torch.cos(angle) - 1.0, -torch.sin(angle))
+    weight = torch.full_like(k, 2.0)
+    weight[0] = 1.0
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    return z.to(complex_dtype), weight.to(dtype)
+
+
+def _fft_blocks(rows: int, n_competitors: int, n_freq: int, device: torch.device) -> list[slice]:
+    budget = _FFT_BLOCK_ENTRIES["cpu" if device.type == "cpu" else "other"]
+    per = max(1, budget // max(1, n_competitors * n_freq))
+    return [slice(start, min(rows, start + per)) for start in range(0, rows, per)]
+
+
+def _fft_forward(pi: Tensor, n_ranks: int) -> tuple[Tensor, Tensor]:
+    """``p`` (batch, n_j, R) and the transform ``F`` (batch, n_j, K) from pi (batch, n_i, n_j)."""
+    batch, n_i, n_j = pi.shape
+    n_points = _fft_points(n_i)
+    z, _ = _fft_frequencies(n_points, pi.dtype, pi.device)
+    rows = pi.transpose(1, 2).reshape(batch * n_j, n_i)  # one row of competitors per document
+    transform = torch.empty(batch * n_j, z.shape[0], dtype=z.dtype, device=pi.device)
+    for block in _fft_blocks(rows.shape[0], n_i, z.shape[0], pi.device):
+        terms = torch.log(1.0 + rows[block, :, None] * z)
+        transform[block] = torch.exp(terms.sum(1))
+    transform = transform.reshape(batch, n_j, -1)
+    p = torch.fft.irfft(transform, n=n_points)[..., :n_ranks]
+    return p.to(pi.dtype), transform
+
+
+def _fft_backward(pi: Tensor, transform: Tensor, grad_p: Tensor) -> Tensor:
+    batch, n_i, n_j = pi.shape
+    n_points = _fft_points(n_i)
+    z, weight = _fft_frequencies(n_points, pi.dtype, pi.device)
+    # G_j(k) = sum_r g_j(r) w^(k r): the conjugate of the (real) incoming gradient's DFT
+    spectrum = torch.conj(torch.fft.rfft(grad_p.to(pi.dtype), n=n_points))
+    scaled = (spectrum * transform * z / n_points).reshape(batch * n_j, -1)
+    rows = pi.transpose(1, 2).reshape(batch * n_j, n_i)
+    grad_rows = torch.empty_like(rows)
+    for block in _fft_blocks(rows.shape[0], n_i, z.shape[0], pi.device):
+        terms = scaled[block, None, :] / (1.0 + rows[block, :, None] * z)
+        grad_rows[block] = torch.real(terms) @ weight
+    return grad_rows.reshape(batch, n_j, n_i).transpose(1, 2)
+
+
 # ----------------------------------------------------------------------------- autograd Function
 class RankBinomial(torch.autograd.Function):
     """``pi (batch, n, n), mask, select, R -> p (batch, n, R)`` with the adjoint backward above.
@@ -124,9 +214,14 @@ class RankBinomial(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, pi: Tensor, mask: Tensor, select: Tensor, n_ranks: int, numba: bool) -> Tensor:
+    def forward(ctx: Any, pi: Tensor, mask: Tensor, select: Tensor, n_ranks: int, path: str) -> Tensor:
+        ctx.path = path
+        if path == "fft":
+            p, transform = _fft_forward(pi.detach(), n_ranks)
+            ctx.save_for_backward(pi, mask, select, transform)
+            return p * (mask & select)[..., None].to(p.dtype)
         ctx.save_for_backward(pi, mask, select)
-        ctx.numba = numba
+        numba = path == "numba"
         if numba:
             if bool((select | ~mask).all()):  # every real document: blocked kernel
                 out = _numba.blocked_forward(pi.detach().contiguous().numpy(), mask.numpy(), n_ranks)
@@ -140,16 +235,18 @@ class RankBinomial(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor | None, None, None, None, None]:
-        pi, mask, select = ctx.saved_tensors
+        pi, mask, select, *transform = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None
         cols = mask & select
         grad_p = grad_p * cols[..., None].to(grad_p.dtype)
-        if ctx.numba and bool((select | ~mask).all()):
+        if ctx.path == "fft":
+            grad_pi = _fft_backward(pi.detach(), transform[0], grad_p)
+        elif ctx.path == "numba" and bool((select | ~mask).all()):
             g = _numba.blocked_backward(pi.detach().contiguous().numpy(), mask.numpy(),
                                         grad_p.contiguous().numpy())
             grad_pi = torch.from_numpy(g)
-        elif ctx.numba:
+        elif ctx.path == "numba":
             pi_t = pi.detach().transpose(1, 2).contiguous().numpy()
             g = _numba.backward(pi_t, mask.numpy(), select.numpy(), grad_p.contiguous().numpy())
             grad_pi = torch.from_numpy(g).transpose(1, 2)
@@ -175,9 +272,10 @@ def rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_rank: int 
         Number ``R`` of leading 0-based ranks computed (exact truncation); default ``n``.
     select : Tensor of bool, shape (batch, n), optional
         Documents whose distribution is computed; the others get zero rows (used by the hybrid).
-    backend : {"auto", "numba", "torch"}
-        The compiled CPU kernel or the pure-PyTorch recursion; ``"auto"`` takes the kernel for
-        float32/float64 CPU tensors.
+    backend : {"auto", "numba", "torch", "fft"}
+        The compiled CPU kernel, the pure-PyTorch recursion or the Fourier form (module
+        docstring); ``"auto"`` takes the kernel for float32/float64 CPU tensors and the Fourier
+        form on other devices.
 
     Returns
     -------
@@ -196,7 +294,7 @@ def rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_rank: int 
     if n == 0:
         return pi.new_zeros(batch, 0, n_ranks)
     pi = torch.where(pair_mask(mask), pi, torch.zeros_like(pi))
-    return RankBinomial.apply(pi, mask, select, n_ranks, _use_numba(pi, backend))
+    return RankBinomial.apply(pi, mask, select, n_ranks, resolve_backend(pi, backend))
 
 
 class FusedRankBinomial(torch.autograd.Function):
