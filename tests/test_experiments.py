@@ -325,6 +325,26 @@ def test_runner_is_resumable(letor_files, tmp_path):
         run_experiment(changed, out)
 
 
+def test_a_moved_experiment_resumes_and_changed_data_is_stale(letor_files, tmp_path):
+    # Data files enter the fingerprint by content: copy data and results elsewhere, resume there.
+    import shutil
+
+    data_a = shutil.copytree(letor_files, tmp_path / "a" / "data")
+    spec_a = spec_from_dict(_spec_dict(data_a, losses=[], models=[]))
+    run_experiment(spec_a, tmp_path / "a" / "out")
+    data_b = shutil.copytree(data_a, tmp_path / "b" / "data")
+    out_b = shutil.copytree(tmp_path / "a" / "out", tmp_path / "b" / "out")
+    spec_b = spec_from_dict(_spec_dict(data_b, losses=[], models=[]))
+    assert [c.fingerprint() for c in expand(spec_b)] == [c.fingerprint() for c in expand(spec_a)]
+    moved = run_experiment(spec_b, out_b)
+    assert moved.ran == [] and moved.skipped == ["synthetic--files--lightgbm-lambdarank--seed0"]
+    # Same paths, other contents: the finished run is stale.
+    test_file = data_b / "test.txt"
+    test_file.write_text(test_file.read_text().replace("2 qid:", "1 qid:", 1))
+    with pytest.raises(ConfigError, match="other settings"):
+        run_experiment(spec_from_dict(_spec_dict(data_b, losses=[], models=[])), out_b)
+
+
 def test_parallel_workers_match_serial(letor_files, tmp_path):
     data = _spec_dict(letor_files, losses=[], models=[], baseline=None)
     data["gbdt"].append({"library": "xgboost", "objective": "rank:ndcg", "num_boost_round": 10})

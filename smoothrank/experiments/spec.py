@@ -33,6 +33,7 @@ Relative file paths are relative to the spec file. Every problem is reported at 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -165,9 +166,38 @@ class Cell(_Strict):
         return f"{self.dataset}--{fold}--{self.method}--seed{self.seed}"
 
     def fingerprint(self) -> str:
-        """SHA-256 of everything that determines the result (a finished run with another is stale)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, default=str)
+        """SHA-256 of everything that determines the result (a finished run with another is stale).
+
+        Data files enter by their contents, not their paths, so that an experiment folder and its
+        data can move (another checkout, another machine) and still resume.
+        """
+        dumped = self.model_dump(mode="json")
+        settings = dumped["settings"]
+        for data in (settings.get("data"), settings.get("config", {}).get("data")):
+            if isinstance(data, dict):
+                for split in ("train", "valid", "test"):
+                    if isinstance(data.get(split), str):
+                        data[split] = _file_digest(data[split])
+        blob = json.dumps(dumped, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _file_digest(path: str) -> str:
+    """``sha256:<hex>`` of a file's bytes (cached per path, size and modification time)."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return f"missing:{path}"  # the run itself reports the missing file
+    return _cached_file_digest(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_file_digest(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
