@@ -90,12 +90,19 @@ def _abs_diff_row_sums(scores: Tensor, mask: Tensor) -> Tensor:
               .nan_to_num(0.0, neginf=0.0) + 1.0)
     filled = torch.where(mask, scores, filler)
     sorted_s, order = torch.sort(filled, dim=-1, stable=True)
+    # Exactly tied scores must get bitwise equal B: evaluated at each item's own position, the
+    # formula rounds differently for tied items, and at a small temperature that rounding alone
+    # hands both ranks of a tied pair to one item, leaving the other's column empty (Sinkhorn then
+    # overflows into NaN gradients; PITFALLS 8). So every member of a run of equal values uses the
+    # run's last position p (all tied partners counted below it: a valid subgradient of |.|).
+    key = sorted_s.detach().contiguous()
+    last = torch.searchsorted(key, key, right=True) - 1
     real_sorted = torch.arange(scores.shape[-1], device=scores.device) < m
     sorted_s = torch.where(real_sorted, sorted_s, torch.zeros_like(sorted_s))
     prefix = torch.cumsum(sorted_s, dim=-1)
     total = prefix[..., -1:]
-    p = torch.arange(scores.shape[-1], device=scores.device, dtype=scores.dtype)
-    b_sorted = sorted_s * (2.0 * p + 2.0 - m) - 2.0 * prefix + total
+    p = last.to(scores.dtype)
+    b_sorted = sorted_s * (2.0 * p + 2.0 - m) - 2.0 * prefix.gather(-1, last) + total
     return torch.zeros_like(b_sorted).scatter(-1, order, b_sorted)
 
 

@@ -138,6 +138,44 @@ def test_scatter_scores_back_to_rows():
     np.testing.assert_array_equal(out, np.arange(ds.n_docs) * 2.0)
 
 
+def test_rows_of_one_query_interleaved_with_another_are_refused_in_memory_too():
+    """PITFALLS 13: rows of one qid separated by another qid's rows are never grouped silently
+    (the file reader says file:line, see test_data_reader; arrays are checked the same way)."""
+    with pytest.raises(SmoothrankError, match="contiguous"):
+        Dataset.from_arrays(np.zeros((3, 1)), [1, 0, 1], ["a", "b", "a"])
+    ds = Dataset.from_arrays(np.zeros((3, 1)), [1, 0, 1], ["a", "a", "b"])
+    assert ds.list_sizes.tolist() == [2, 1]
+
+
+def test_negative_labels_stay_real_and_padding_is_only_the_mask():
+    """PITFALLS 14: a real label of -1 reaches the batch as a real item (mask True), and padding is
+    mask False with a zero label; nothing reads a label to find padding."""
+    ds = Dataset.from_arrays(np.arange(5, dtype=np.float32).reshape(5, 1) + 1, [-1, 0, 2, -1, 1],
+                             [0, 0, 0, 1, 1])
+    for batch in (next(training_batches(ds, list_size=6, batch_size=2, shuffle=False, seed_or_generator=0)),
+                  next(evaluation_batches(ds, batch_size=2))):
+        _check_batch(ds, batch)
+        real = batch.mask.numpy()
+        assert (batch.labels.numpy()[real] == -1).sum() == 2  # both -1 rows are real items
+        assert np.all(batch.labels.numpy()[~real] == 0) and (~real).any()
+
+
+def test_features_are_float32_and_validation_lists_are_not_padded_to_the_longest_query():
+    """PITFALLS 15: no float64 copy of the data (a Dataset holds float32 features only), and
+    evaluation batches are length buckets bounded by ``max_items`` padded positions: a long query
+    does not pad the short ones of the file to its length."""
+    ds = Dataset.from_arrays(np.ones((6, 2), dtype=np.float64), [0, 1, 0, 1, 0, 1], [0, 0, 1, 1, 2, 2])
+    assert ds.features.dtype == np.float32 and ds.labels.dtype == np.float32
+    with pytest.raises(SmoothrankError, match="float32"):
+        Dataset(ds.features.astype(np.float64), ds.labels, ds.qids, ds.doc_ids, ds.offsets, ds.line_numbers)
+    sizes = (2,) * 30 + (500,)  # one long query among many short ones
+    long_one = _toy(sizes=sizes)
+    batches = list(evaluation_batches(long_one, batch_size=8, max_items=100))
+    assert sorted(b.mask.shape[1] for b in batches) == [2, 2, 2, 2, 500]  # the long query alone is wide
+    assert sum(b.mask.numel() for b in batches) == 30 * 2 + 500  # no padding at all here
+    assert all(b.mask.numel() <= 100 or b.mask.shape[0] == 1 for b in batches)
+
+
 # ----------------------------------------------------------------------------- transforms
 def test_transforms_fit_on_train_and_restore():
     train, test = _toy(seed=1), _toy(seed=2)

@@ -486,3 +486,108 @@ def test_shipped_specs_are_valid(shared_dir, name, n_runs):
     cells = expand(spec)
     assert len(cells) == n_runs
     assert spec.baseline in {c.method for c in cells}
+
+
+# ------------------------------------------------------------------------------ GBDT pitfalls
+def _write_rows(path: Path, qids: list, rng: np.random.Generator, *, levels: tuple = (0.0, 0.8, 1.5)) -> Path:
+    """One LETOR line per entry of ``qids`` (in that order); labels from feature 1 plus noise."""
+    lines = []
+    for q in qids:
+        x = rng.normal(size=4)
+        label = int(np.digitize(x[0] + rng.normal(), levels))
+        lines.append(f"{label} qid:{q} " + " ".join(f"{j + 1}:{v:.5f}" for j, v in enumerate(x)))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _query_sizes_from_text(path: Path) -> list[int]:
+    """Rows per query, queries in order of first appearance: read from the file text itself."""
+    sizes: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        qid = line.split()[1]
+        sizes[qid] = sizes.get(qid, 0) + 1
+    return list(sizes.values())
+
+
+@pytest.mark.parametrize(("library", "objective"), [
+    ("lightgbm", "lambdarank"), ("lightgbm", "rank_xendcg"),
+    ("xgboost", "rank:pairwise"), ("xgboost", "rank:ndcg"),
+])
+def test_gbdt_groups_rows_by_query_for_unsorted_and_interleaved_qids(tmp_path, monkeypatch, library,
+                                                                     objective):
+    """PITFALLS 19 and 20. LightGBM reads no ``qid:`` from LibSVM files and takes group sizes (its
+    LGBMRanker hands them to a custom objective only with exactly four parameters); XGBoost needs
+    rows sorted by qid (its XGBRanker refuses callable objectives). smoothrank reads the qids itself
+    and calls ``lgb.train`` / ``xgb.train`` with built-in objectives: the groups handed to the library
+    are the file's queries (qids unsorted, numeric or not, and interleaved rows regrouped), and the
+    library's own NDCG on the validation split equals ours on the true queries."""
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(2, 12, 40)
+    order = rng.permutation(np.arange(1000, 1040))
+    train_qids = [q for q, n in zip(order, sizes, strict=True) for _ in range(n)]
+    train_path = _write_rows(tmp_path / "train.txt", train_qids, rng)  # qids in no order at all
+    valid_qids = [f"q{rng.integers(0, 20)}" for _ in range(150)]       # rows of 20 queries, interleaved
+    valid_path = _write_rows(tmp_path / "valid.txt", valid_qids, rng)
+    with pytest.raises(SmoothrankError, match=r"valid\.txt:\d+: .*reappears"):
+        load_letor(valid_path, cache=False)  # never grouped silently
+    train = load_letor(train_path, cache=False)
+    valid = load_letor(valid_path, regroup=True, cache=False)
+
+    handed: list[np.ndarray] = []
+    if library == "lightgbm":
+        import lightgbm as lgb
+
+        class SpyDataset(lgb.Dataset):
+            def __init__(self, *args, **kwargs):
+                handed.append(np.asarray(kwargs["group"]))
+                super().__init__(*args, **kwargs)
+
+        monkeypatch.setattr(lgb, "Dataset", SpyDataset)
+    else:
+        import xgboost as xgb
+
+        class SpyDMatrix(xgb.DMatrix):
+            def __init__(self, *args, **kwargs):
+                if kwargs.get("qid") is not None:
+                    qid = np.asarray(kwargs["qid"])
+                    assert np.all(np.diff(qid) >= 0), "XGBoost needs rows sorted by qid"
+                    handed.append(np.unique(qid, return_counts=True)[1])
+                super().__init__(*args, **kwargs)
+
+        monkeypatch.setattr(xgb, "DMatrix", SpyDMatrix)
+    params = {"min_data_in_leaf": 3} if library == "lightgbm" else {}
+    fitted = fit_gbdt(train, valid, library=library, objective=objective, num_boost_round=8,
+                      early_stopping_rounds=None, eval_at=3, params=params)
+    expected = [_query_sizes_from_text(train_path), _query_sizes_from_text(valid_path)]
+    assert [h.tolist() for h in handed] == expected
+    scores = fitted.predict(valid)
+    ours = mean_metrics(evaluate_flat(scores, valid.labels, offsets=valid.offsets, metrics=["ndcg@3"],
+                                      convention="lightgbm"))["ndcg@3"]
+    assert fitted.history[-1]["valid_ndcg@3"] == pytest.approx(ours, abs=1e-9)
+
+
+def test_gbdt_labels_beyond_the_gain_table_are_a_clear_error_or_get_their_gains(tmp_path):
+    """PITFALLS 20: label gains default to 2^i - 1 for at most 31 levels (LightGBM 0..30, XGBoost's
+    exponential gain 0..31). A larger label is refused before training with the file, line and
+    split; with an explicit ``label_gain`` LightGBM grades it, and its own NDCG equals ours (2^y - 1)."""
+    rng = np.random.default_rng(3)
+    qids = [q for q in range(30) for _ in range(8)]
+    path = _write_rows(tmp_path / "graded.txt", qids, rng, levels=tuple(np.linspace(-2.0, 2.0, 40)))
+    data = load_letor(path, cache=False)
+    assert data.labels.max() > 31
+    file_labels = [int(line.split()[0]) for line in path.read_text().splitlines()]
+    first = {top: next(i + 1 for i, label in enumerate(file_labels) if label > top) for top in (30, 31)}
+    message = rf"graded\.txt:{first[30]}: label \d+ \(train split\): .*0\.\.30.*label_gain"
+    with pytest.raises(SmoothrankError, match=message):
+        fit_gbdt(data, None, library="lightgbm", objective="lambdarank", num_boost_round=2)
+    small = load_letor(_write_rows(tmp_path / "small.txt", qids, rng), cache=False)
+    message = rf"graded\.txt:{first[31]}: label \d+ \(valid split\): .*0\.\.31"
+    with pytest.raises(SmoothrankError, match=message):
+        fit_gbdt(small, data, library="xgboost", objective="rank:ndcg", num_boost_round=2)
+    gains = [2.0**i - 1 for i in range(int(data.labels.max()) + 1)]
+    fitted = fit_gbdt(data, data, library="lightgbm", objective="lambdarank", num_boost_round=5,
+                      early_stopping_rounds=None, eval_at=5,
+                      params={"label_gain": gains, "min_data_in_leaf": 3})
+    ours = mean_metrics(evaluate_flat(fitted.predict(data), data.labels, offsets=data.offsets,
+                                      metrics=["ndcg@5"], convention="lightgbm"))["ndcg@5"]
+    assert fitted.history[-1]["valid_ndcg@5"] == pytest.approx(ours, abs=1e-9)

@@ -451,3 +451,123 @@ def test_minimising_the_loss_improves_exact_ndcg(name: str) -> None:
         opt.step()
     after = exact_ndcg(x @ w.detach(), y, mask=mask, k=5).item()
     assert after > before + 0.1 and after > 0.85, (before, after)
+
+
+# ----------------------------------------------------------------------------- the whole registry
+def _alone(fn, s: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-query loss and gradient of each row's real items scored alone (no padding at all)."""
+    values, grads = [], torch.zeros_like(s)
+    for b in range(s.shape[0]):
+        if not mask[b].any():
+            values.append(torch.zeros((), dtype=s.dtype))
+            continue
+        x = s[b][mask[b]].clone().unsqueeze(0).requires_grad_()
+        value = fn(x, y[b][mask[b]].unsqueeze(0), reduction="none")[0]
+        (g,) = torch.autograd.grad(value, x)
+        values.append(value.detach())
+        grads[b, mask[b]] = g[0]
+    return torch.stack(values), grads
+
+
+@pytest.mark.parametrize("name", losses.available())
+def test_every_registered_loss_takes_padding_anywhere_with_real_zero_labels(name: str) -> None:
+    """PITFALLS 7 (BCE/ordinal losses fed padding labels crash) and 4 (padding must not be trailing-only).
+
+    Every loss in the registry (not a fixed list), on a batch whose padding sits at the front, in
+    the middle and at the end, whose padded slots hold label 0 like real irrelevant documents (no
+    sentinel: only the mask tells them apart) and absurd scores: finite values and gradients, zero
+    gradient on padding, and each query's loss and gradient equal to those of its real items alone.
+    """
+    g = torch.Generator().manual_seed(11)
+    s = torch.randn(4, 8, generator=g, dtype=F64)
+    y = torch.tensor([[0.0, 2, 0, 0, 1, 0, 3, 0],     # real zeros among relevant documents
+                      [0.0, 0, 0, 0, 0, 0, 0, 0],     # only real zeros: no relevant document
+                      [0.0, 0, 0, 1, 0, 0, 0, 0],     # a single real item
+                      [0.0, 0, 0, 0, 0, 0, 0, 0]], dtype=F64)  # fully padded
+    mask = torch.tensor([[False, True, True, False, True, True, True, False],
+                         [True, False, True, True, False, True, True, False],
+                         [False, False, False, True, False, False, False, False],
+                         [False] * 8])
+    s = torch.where(mask, s, torch.full_like(s, 1e4))  # padding would dominate any ranking it entered
+    fn = losses.get(name, generator=0) if "generator" in losses.options(name) else losses.get(name)
+    for dtype in (torch.float32, F64):
+        x = s.to(dtype).requires_grad_()
+        per_query = fn(x, y.to(dtype), mask=mask, reduction="none")
+        (grad,) = torch.autograd.grad(per_query.sum(), x)
+        assert torch.isfinite(per_query).all() and torch.isfinite(grad).all(), (name, dtype)
+        assert torch.all(grad[~mask] == 0)
+        assert torch.all(per_query[[1, 3]] == 0) and torch.all(grad[[1, 3]] == 0)  # uninformative queries
+        assert torch.isfinite(fn(x, y.to(dtype), mask=mask))  # "mean" over one informative query
+    if name == "list_mle":
+        return  # its random tie-breaks among the zeros depend on positions, hence on the padding
+    want, want_grad = _alone(fn, s, y, mask)
+    x = s.clone().requires_grad_()
+    per_query = fn(x, y, mask=mask, reduction="none")
+    (grad,) = torch.autograd.grad(per_query.sum(), x)
+    torch.testing.assert_close(per_query.detach(), want)
+    torch.testing.assert_close(grad, want_grad)
+
+
+def test_negative_labels_are_real_labels_not_padding() -> None:
+    """PITFALLS 14: padding is the mask, never a sentinel label, so a real label of -1 is a label.
+
+    RankNet's pairs on real labels (0, -1, -2) are all three ordered pairs (hand-computed);
+    masking the -1 item (not relabelling it) is what removes its pairs.
+    """
+    s = torch.tensor([[0.5, 2.0, -1.0]], dtype=F64)
+    y = torch.tensor([[0.0, -1.0, -2.0]], dtype=F64)
+
+    def cost(i: int, j: int) -> float:
+        return math.log1p(math.exp(-(s[0, i] - s[0, j]).item()))
+
+    got = losses.rank_net(s, y).item()
+    assert got == pytest.approx((cost(0, 1) + cost(0, 2) + cost(1, 2)) / 3, rel=1e-12)
+    masked = losses.rank_net(s, y, mask=torch.tensor([[True, False, True]])).item()
+    assert masked == pytest.approx(cost(0, 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed"])
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_neural_ndcg_keeps_no_list_by_list_matrix_for_backward(name: str, stochastic: bool) -> None:
+    """PITFALLS 5: Sinkhorn unrolled by autograd keeps ~2 (batch, n, n) tensors per iteration (about
+    1.45 GiB at 64 x 240, times n_samples when stochastic). Here everything saved for backward,
+    at 4 x 240 with 30 iterations and 4 samples, is less than half of ONE such matrix per sample."""
+    b, n, samples = 4, 240, 4
+    gen = torch.Generator().manual_seed(0)
+    s = torch.randn(b, n, generator=gen).requires_grad_()
+    y = torch.randint(0, 3, (b, n), generator=gen).float()
+    mask = torch.rand(b, n, generator=gen) > 0.1
+    opts = {"stochastic": True, "n_samples": samples, "generator": gen} if stochastic else {}
+    saved: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = losses.get(name, max_iter=30, tol=0.0, **opts)(s, y, mask=mask)
+    one_matrix_per_sample = (samples if stochastic else 1) * b * n * n
+    assert saved and sum(saved) < 0.5 * one_matrix_per_sample, sum(saved) / one_matrix_per_sample
+    loss.backward()
+    assert torch.isfinite(s.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_tiny_smoothing_with_tied_scores_gives_finite_gradients(dtype: torch.dtype) -> None:
+    """PITFALLS 8: no KL regulariser here, so its analogue is the smoothing strength of every NDCG
+    surrogate going to zero (NeuralNDCG's temperature, SoftNDCG's sigma, ApproxNDCG's 1/alpha),
+    on tied scores next to a huge gap, with and without Sinkhorn, down to 1e-20."""
+    s = torch.tensor([[0.3, 0.3, -2.0, 1e3, 0.31, 0.0], [0.1, 0.1, 0.7, 5.0, -3.0, 0.0]], dtype=dtype)
+    y = torch.tensor([[1.0, 2.0, 0.0, 0.0, 3.0, 0.0], [0.0, 1.0, 0.0, 2.0, 0.0, 1.0]], dtype=dtype)
+    mask = torch.tensor([[True] * 6, [True, True, True, True, True, False]])
+    for strength in (1e-6, 1e-8, 1e-12, 1e-20):
+        cases = [(name, {"temperature": strength, "sinkhorn": sinkhorn})
+                 for name in ("neural_ndcg", "neural_ndcg_transposed") for sinkhorn in (True, False)]
+        cases += [("soft_ndcg", {"sigma": strength, "method": method, "sinkhorn": sinkhorn, "n_exact": 1})
+                  for method in ("exact", "normal", "hybrid") for sinkhorn in (False, True)]
+        cases += [("approx_ndcg", {"alpha": 1 / strength})]
+        for name, opts in cases:
+            x = s.clone().requires_grad_()
+            loss = losses.get(name, **opts)(x, y, mask=mask)
+            (g,) = torch.autograd.grad(loss, x)
+            assert torch.isfinite(loss) and torch.isfinite(g).all(), (name, opts)

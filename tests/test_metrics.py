@@ -145,6 +145,73 @@ def test_conventions_empty_ties_short():
     assert ndcg(s, y, k=5, short="list").item() == ndcg(s, y).item()
 
 
+def test_each_ndcg_convention_changes_the_number_by_hand():
+    """PITFALLS 10: NDCG differs on ties, empty queries, gains, k beyond the list and the discount.
+
+    One hand-computed value per choice, then the presets that bundle them (a number is only
+    meaningful with its convention, which ``Convention.describe`` states in full)."""
+    from smoothrank.metrics import evaluate_flat, get_convention
+
+    l3 = 1 / math.log2(3)
+    # Ties: two tied scores, the relevant document second in the input.
+    s, y = [1.0, 1.0], [0.0, 1.0]
+    assert ndcg(s, y, ties="input").item() == pytest.approx(l3, abs=1e-15)
+    assert ndcg(s, y, ties="pessimistic").item() == pytest.approx(l3, abs=1e-15)
+    assert ndcg(s, y, ties="optimistic").item() == 1.0
+    # ... and trec_eval's order of tied scores, by docno descending: "d2" (relevant) comes first.
+    offsets = np.array([0, 2])
+    by_input = evaluate_flat(s, y, offsets=offsets, metrics="ndcg", convention="trec")["ndcg"]
+    by_docno = evaluate_flat(s, y, offsets=offsets, metrics="ndcg", convention="trec", doc_ids=["d1", "d2"])
+    assert by_input.item() == pytest.approx(l3, abs=1e-15) and by_docno["ndcg"].item() == 1.0
+    # No relevant document: 1, 0 or left out.
+    assert ndcg([2.0, 1.0], [0.0, 0.0], empty="one").item() == 1.0
+    assert ndcg([2.0, 1.0], [0.0, 0.0], empty="zero").item() == 0.0
+    assert math.isnan(ndcg([2.0, 1.0], [0.0, 0.0], empty="skip", reduction="none").item())
+    # Gains: 2^y - 1 or y (scores put label 1 above label 2).
+    s, y = [2.0, 1.0], [1.0, 2.0]
+    exp2 = (1 + 3 * l3) / (3 + 1 * l3)
+    linear = (1 + 2 * l3) / (2 + 1 * l3)
+    assert ndcg(s, y, gain="exp2", dtype=F64).item() == pytest.approx(exp2, abs=1e-15)
+    assert ndcg(s, y, gain="linear", dtype=F64).item() == pytest.approx(linear, abs=1e-15)
+    # k beyond the list: the value over the list, or 0 (the LETOR 4.0 script).
+    assert ndcg(s, y, k=5, short="list", dtype=F64).item() == pytest.approx(exp2, abs=1e-15)
+    assert ndcg(s, y, k=5, short="zero", dtype=F64).item() == 0.0
+    # Discount: 1/log2(1 + r), or LETOR's 1 at ranks 1-2 then 1/log2(r).
+    s, y = [2.0, 3.0, 1.0], [1.0, 0.0, 0.0]  # the relevant document at rank 2
+    assert ndcg(s, y, discount="log2", dtype=F64).item() == pytest.approx(l3, abs=1e-15)
+    assert ndcg(s, y, discount="letor", dtype=F64).item() == 1.0
+    s = [1.0, 3.0, 2.0]  # at rank 3
+    assert ndcg(s, y, discount="log2", dtype=F64).item() == pytest.approx(0.5, abs=1e-15)
+    assert ndcg(s, y, discount="letor", dtype=F64).item() == pytest.approx(l3, abs=1e-15)
+    # The presets on one batch: a short list with a misordered pair, and an empty query.
+    scores, labels, offsets = [2.0, 1.0, 5.0, 4.0], [1.0, 2.0, 0.0, 0.0], np.array([0, 2, 4])
+    per = {name: evaluate_flat(scores, labels, offsets=offsets, metrics="ndcg@5", convention=name)["ndcg@5"]
+           for name in ("letor4", "lightgbm", "trec")}
+    assert per["letor4"].tolist() == [0.0, 0.0]  # n < k counts 0; an empty query 0
+    assert per["lightgbm"].tolist() == pytest.approx([exp2, 1.0], abs=1e-15)
+    assert per["trec"].tolist() == pytest.approx([linear, 0.0], abs=1e-15)
+    for name in ("letor4", "lightgbm", "trec"):
+        text = get_convention(name).describe()
+        for choice in ("gain", "discount", "ties", "no-relevant", "n<k"):
+            assert choice in text, (name, choice)
+
+
+def test_ndcg_ideal_is_cut_at_k_and_full_without_k_by_hand():
+    """PITFALLS 12: trec_eval's ``ndcg`` divides by the ideal DCG over every judged document,
+    ``ndcg_cut.k`` by the ideal DCG of the top k only; mixing them (DCG@k over the full ideal)
+    gives a different number."""
+    scores = [5.0, 4.0, 3.0, 2.0, 1.0]
+    labels = [1.0, 0.0, 3.0, 2.0, 0.0]  # gain = label (trec_eval), ranked as listed
+    l3, l5 = 1 / math.log2(3), 1 / math.log2(5)
+    dcg2, ideal2 = 1.0, 3 + 2 * l3
+    dcg_all, ideal_all = 1 + 3 / 2 + 2 * l5, 3 + 2 * l3 + 1 / 2
+    got_cut = ndcg(scores, labels, k=2, gain="linear", empty="zero", dtype=F64).item()
+    got_all = ndcg(scores, labels, gain="linear", empty="zero", dtype=F64).item()
+    assert got_cut == pytest.approx(dcg2 / ideal2, abs=1e-15)
+    assert got_all == pytest.approx(dcg_all / ideal_all, abs=1e-15)
+    assert abs(got_cut - dcg2 / ideal_all) > 0.02  # the mixed-up variant is another number
+
+
 def test_precision_ap_rr_by_hand():
     scores = [5.0, 4.0, 3.0, 2.0]
     labels = [0.0, 2.0, 0.0, 1.0]  # relevant at ranks 2 and 4

@@ -142,3 +142,21 @@ def test_sklearn_ndcg_score_without_and_with_ties():
             got = np.mean([ndcg(s_tied[list(p)], y[list(p)], k=k, gain="linear", empty="zero",
                                 dtype=torch.float64).item() for p in perms])
             assert got == pytest.approx(want, abs=1e-12)
+
+
+def test_trec_ndcg_and_ndcg_cut_use_their_own_ideal():
+    """PITFALLS 12: for ``ndcg`` trec_eval's ideal DCG runs over every judged document, for
+    ``ndcg_cut.k`` over the top k only. Relevant documents beyond k make the two ideals differ;
+    ours match trec_eval on both, and neither equals DCG@k over the full ideal."""
+    labels = np.array([1.0, 0.0, 3.0, 2.0, 0.0, 1.0])
+    scores = np.array([6.0, 5.0, 4.0, 3.0, 2.0, 1.0])
+    offsets = np.array([0, 6])
+    qrels, run, doc_ids = trec_inputs(scores, labels, offsets)
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg", "ndcg_cut.2", "ndcg_cut.3"}).evaluate(run)["q0"]
+    ours = evaluate_flat(scores, labels, offsets=offsets, convention="trec", doc_ids=doc_ids,
+                         metrics="ndcg,ndcg@2,ndcg@3")
+    assert ours["ndcg"].item() == pytest.approx(theirs["ndcg"], abs=1e-12)
+    assert ours["ndcg@2"].item() == pytest.approx(theirs["ndcg_cut_2"], abs=1e-12)
+    assert ours["ndcg@3"].item() == pytest.approx(theirs["ndcg_cut_3"], abs=1e-12)
+    full_ideal = 3 + 2 / np.log2(3) + 1 / 2 + 1 / np.log2(5)
+    assert abs(theirs["ndcg_cut_2"] - 1.0 / full_ideal) > 0.02  # DCG@2 / full ideal: the mix-up

@@ -137,6 +137,20 @@ def test_build_model_from_a_partial_dict_uses_the_defaults():
     assert scores.shape == (2, 5)
 
 
+def test_build_model_leaves_a_dict_spec_untouched():
+    """PITFALLS 17: configs mutated in place by model builders (e.g. ``spec.pop("kind")``): the same
+    dict builds the same model twice, and is unchanged afterwards."""
+    spec = {"kind": "context_aware", "n_blocks": 1, "input_dim": 8, "hidden": 16}
+    before = {**spec}
+    torch.manual_seed(0)
+    first = build_model(spec, 7)
+    torch.manual_seed(0)
+    second = build_model(spec, 7)
+    assert spec == before
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values(),
+                                                 strict=True))
+
+
 def test_build_model_rejects_unknown_options_by_name():
     with pytest.raises(ConfigError, match=r"'mlp' takes no option.*n_blocks"):
         build_model({"kind": "mlp", "n_blocks": 2}, 7)

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import write_slice
@@ -271,3 +272,88 @@ def test_pad_longest_and_length_groups_train_the_same_model(small_letor, tmp_pat
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
     for key, value in plain.model.state_dict().items():
         torch.testing.assert_close(fast.model.state_dict()[key], value, atol=1e-4, rtol=1e-4)
+
+
+def test_the_best_validation_epoch_is_kept_not_the_last(small_letor, tmp_path):
+    """PITFALLS 16: only the last epoch saved instead of the best on validation.
+
+    Two epochs of ListNet, then the loss is turned upside down so that the later epochs unlearn
+    the ranking: the selected epoch is an early one, and both the returned model and model.pt
+    score the validation split exactly as that epoch did (not as the last one)."""
+    from smoothrank import losses
+    from smoothrank.data import load_letor
+
+    calls = {"n": 0}
+    steps_per_epoch = 5  # 40 training queries, batches of 8
+
+    def helpful_then_harmful(scores, labels, *, mask=None):
+        calls["n"] += 1
+        sign = 1.0 if calls["n"] <= 2 * steps_per_epoch else -10.0
+        return sign * losses.list_net(scores, labels, mask=mask)
+
+    config = make_config(small_letor, tmp_path / "best", model={"dropout": 0.0}, optimizer={"lr": 0.05},
+                         training={"epochs": 5})
+    result = train(config, quiet=True, loss_fn=helpful_then_harmful)
+    valid = [row["valid_ndcg@10"] for row in result.history]
+    assert result.best_epoch <= 2 and valid[result.best_epoch - 1] > valid[-1] + 0.1, valid
+    valid_set = load_letor(small_letor["valid"], n_features=46)
+    kwargs = {"metrics": ["ndcg@10"], "convention": "letor4"}
+    assert evaluate_model(result.model, valid_set, **kwargs)["ndcg@10"] == valid[result.best_epoch - 1]
+    saved = load_model(tmp_path / "best" / MODEL_FILE).model
+    assert evaluate_model(saved, valid_set, **kwargs)["ndcg@10"] == valid[result.best_epoch - 1]
+
+
+def test_the_test_split_never_influences_training_or_selection(small_letor, tmp_path):
+    """PITFALLS 16 (hyper-parameters or epochs selected on the test split) and 17 (configs mutated
+    in place): the same run with and without a test split has the same history, selected epoch
+    and weights; train() leaves its config untouched."""
+    with_test = make_config(small_letor, tmp_path / "with", training={"epochs": 3})
+    before = with_test.model_dump()
+    a = train(with_test, quiet=True)
+    assert with_test.model_dump() == before
+    no_test = {name: path for name, path in small_letor.items() if name != "test"}
+    b = train(make_config(no_test, tmp_path / "without", training={"epochs": 3}), quiet=True)
+    assert _strip_time(a.history) == _strip_time(b.history) and a.best_epoch == b.best_epoch
+    assert _weights_equal(a.model.state_dict(), b.model.state_dict())
+    assert a.test_metrics and not b.test_metrics
+
+
+def test_scores_need_no_labels_at_inference(small_letor):
+    """PITFALLS 14: padding marked by a sentinel label forces fake labels at inference. Here the
+    model sees features and the mask only: any labels give the same scores."""
+    from smoothrank.data import load_letor
+    from smoothrank.models import MLPScorer
+
+    dataset = load_letor(small_letor["valid"])
+    torch.manual_seed(0)
+    model = MLPScorer(dataset.n_features, hidden=(4,))
+    garbage = np.full(dataset.n_docs, -7.0, dtype=np.float32)
+    relabelled = type(dataset)(dataset.features, garbage, dataset.qids, dataset.doc_ids, dataset.offsets,
+                               dataset.line_numbers)
+    assert (predict_scores(model, dataset) == predict_scores(model, relabelled)).all()
+
+
+def test_context_aware_ranker_scores_a_list_alike_in_a_training_slate_and_at_inference(small_letor):
+    """PITFALLS 18: positional indices that differ between training and inference. The Context-Aware
+    Ranker has no positional encoding: a list shuffled and padded inside a training batch (train
+    mode, as the trainer calls it) gets the scores it gets alone at inference (eval mode, full lists
+    in length buckets), item by item."""
+    from smoothrank.data import load_letor, training_batches
+    from smoothrank.models import ContextAwareRanker, score_in_length_groups
+
+    dataset = load_letor(small_letor["valid"])
+    torch.manual_seed(0)
+    model = ContextAwareRanker(dataset.n_features, input_dim=8, n_blocks=2, n_heads=2, hidden=16, dropout=0.0)
+    at_inference = predict_scores(model, dataset, batch_size=3)
+    longest = int(dataset.list_sizes.max())
+    model.train()
+    seen = 0
+    for groups in (1, 2):
+        for batch in training_batches(dataset, list_size=longest + 5, batch_size=4, shuffle=True,
+                                      seed_or_generator=groups):
+            scores = score_in_length_groups(model, batch.features, batch.mask, groups=groups)
+            rows = batch.rows[batch.mask].numpy()
+            np.testing.assert_allclose(scores[batch.mask].detach().double().numpy(), at_inference[rows],
+                                       rtol=1e-5, atol=1e-5)
+            seen += rows.shape[0]
+    assert seen == 2 * dataset.n_docs

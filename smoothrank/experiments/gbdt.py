@@ -101,6 +101,46 @@ def _import(library: str) -> Any:
                               f"(pip install {package})") from None
 
 
+def _label_levels(library: str, params: Mapping[str, Any]) -> int | None:
+    """The largest label the library's gain table takes (None: no limit), from ``params``."""
+    if library == "lightgbm":
+        gains = params.get("label_gain")
+        if gains is None:
+            return 30  # the default label_gain: 2^i - 1 for i = 0..30
+        return len(gains.split(",") if isinstance(gains, str) else list(gains)) - 1
+    exp_gain = params.get("ndcg_exp_gain", True)
+    if isinstance(exp_gain, str):
+        exp_gain = exp_gain.strip().lower() not in ("false", "0")
+    return 31 if exp_gain else None  # XGBoost's exponential gain 2^i - 1 stops at 31
+
+
+def _check_labels(dataset: Any, split: str, *, library: str, objective: str,
+                  params: Mapping[str, Any]) -> None:
+    """Refuse labels the booster cannot grade, naming the file and line (PITFALLS 20).
+
+    Both libraries take integer relevance levels >= 0 with gains 2^i - 1 from a fixed table:
+    LightGBM's default ``label_gain`` covers 0..30, XGBoost's exponential NDCG gain 0..31. Left
+    to the library, a larger label fails deep inside training without naming the file or row.
+    """
+    labels = np.asarray(dataset.labels, dtype=np.float64)
+    top = _label_levels(library, params)
+    bad = (labels < 0) | (labels != np.round(labels))
+    if top is not None:
+        bad |= labels > top
+    if not bad.any():
+        return
+    row = int(np.flatnonzero(bad)[0])
+    value = labels[row]
+    hint = ""
+    if top is not None and value > top and value == np.round(value):
+        hint = ("; pass params={'label_gain': [2**i - 1 for i in range(L + 1)]} for labels up to L"
+                if library == "lightgbm" else "; params={'ndcg_exp_gain': False} (linear gain) takes more")
+    levels = f"0..{top}" if top is not None else ">= 0"
+    where = f"{dataset.source}:{int(dataset.line_numbers[row])}"
+    raise SmoothrankError(f"{where}: label {value:g} ({split} split): {library} {objective} takes integer "
+                          f"relevance labels {levels}{hint}")
+
+
 def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
              params: Mapping[str, Any] | None = None, num_boost_round: int = 500,
              early_stopping_rounds: int | None = 50, eval_at: int = 10, seed: int = 0,
@@ -124,6 +164,9 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
         raise ConfigError(f"num_boost_round: expected >= 1, got {num_boost_round}")
     if early_stopping_rounds is not None and early_stopping_rounds < 1:
         raise ConfigError(f"early_stopping_rounds: expected >= 1 or null, got {early_stopping_rounds}")
+    for split, dataset in (("train", train), ("valid", valid)):
+        if dataset is not None:
+            _check_labels(dataset, split, library=library, objective=objective, params=params or {})
     module = _import(library)
     fit = _fit_lightgbm if library == "lightgbm" else _fit_xgboost
     return fit(module, train, valid, objective=objective, params=dict(params or {}),
@@ -147,7 +190,7 @@ def _fit_lightgbm(lgb: Any, train: Any, valid: Any | None, *, objective: str, pa
             return select_name, float(select(np.asarray(preds, dtype=np.float64))), True
 
         key = select_name
-    # LightGBM's lambdarank rejects labels above its label_gain table (default 0..30); fine for LETOR.
+    # Labels are within the label_gain table (checked by _check_labels above).
     train_set = lgb.Dataset(train.features, label=train.labels, group=train.list_sizes,
                             free_raw_data=False)
     evals: dict[str, Any] = {}
