@@ -313,3 +313,79 @@ def test_end_to_end_ensemble(letor_files, tmp_path, capsys):
     assert [r["method"] for r in outcome.results].count("neural_ndcg-linear+ens2") == 1
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 1
     assert "lightgbm-lambdarank+ens2" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ blends
+def test_weighted_combination_hand_computation():
+    off = np.array([0, 3])
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 9.0])
+    za, zb = _zscore_loop(a, off), _zscore_loop(b, off)
+    np.testing.assert_allclose(combine_scores([a, b], off, weights=[3.0, 1.0]), 0.75 * za + 0.25 * zb)
+    np.testing.assert_allclose(combine_scores([a, b], off, weights=[0.5, 0.5]), combine_scores([a, b], off))
+    # A zero weight drops a run; weights are divided by their sum.
+    np.testing.assert_allclose(combine_scores([a, b], off, weights=[0.0, 7.0]), zb)
+    for bad, fragment in [([1.0], "one weight per run"), ([1.0, -1.0], "non-negative"),
+                          ([0.0, 0.0], "not all zero"), ([1.0, np.nan], "finite")]:
+        with pytest.raises(SmoothrankError, match=fragment):
+            combine_scores([a, b], off, weights=bad)
+
+
+_BLEND = {"label": "blend", "members": ["neural_ndcg-linear", "lightgbm-lambdarank"]}
+
+
+@pytest.mark.parametrize(("patch", "fragments"), [
+    ({"blends": [{"label": "b", "members": ["neural_ndcg-linear", "nope"]}]},
+     ["blends.0.members: ['nope'] not method(s) of the grid"]),
+    # Seed ensembles are not members: a blend weighs methods, whose seed runs it already averages.
+    ({"blends": [{"label": "b", "members": ["neural_ndcg-linear", "neural_ndcg-linear+ens2"]}]},
+     ["blends.0.members: ['neural_ndcg-linear+ens2'] not method(s)"]),
+    ({"blends": [{"label": "b", "members": ["neural_ndcg-linear", "neural_ndcg-linear"]}]},
+     ["blends.0.members: ['neural_ndcg-linear'] listed twice"]),
+    ({"blends": [{"label": "b", "members": ["neural_ndcg-linear"]}]}, ["blends.0.members", "at least 2"]),
+    ({"blends": [{**_BLEND, "label": "lightgbm-lambdarank"}]},
+     ["method label 'lightgbm-lambdarank' is used twice"]),
+    ({"blends": [{**_BLEND, "normalize": "minmax"}]}, ["blends.0.normalize"]),
+])
+def test_spec_blend_errors(letor_files, patch, fragments):
+    with pytest.raises(ConfigError, match="problem") as info:
+        spec_from_dict(_spec(letor_files, **patch), source="ens.yaml")
+    for fragment in fragments:
+        assert fragment in str(info.value), fragment
+
+
+def test_end_to_end_blend(letor_files, tmp_path, capsys):
+    from smoothrank.data import load_letor
+
+    # Blends without seed ensembles; the blend is the t-test baseline.
+    data = _spec(letor_files, ensemble=False, baseline="blend", blends=[_BLEND])
+    spec_path = tmp_path / "blend.yaml"
+    spec_path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
+    assert "4 run(s) done, 0 skipped (finished before); 1 ensemble(s) built, 0 reused" in \
+        capsys.readouterr().out
+    test = load_letor(letor_files / "test.txt", n_features=4)
+    ids = [f"syn--files--{m}--seed{s}" for m in ("neural_ndcg-linear", "lightgbm-lambdarank") for s in (0, 1)]
+    runs = [read_scores(out / "runs" / i / "scores.npz")["test"] for i in ids]
+    # Independent recomputation: each method's seeds averaged, then the two methods averaged.
+    z = [_zscore_loop(s, test.offsets) for s in runs]
+    combined = ((z[0] + z[1]) / 2 + (z[2] + z[3]) / 2) / 2
+    result = json.loads((out / "ensembles" / "syn--files--blend" / "result.json").read_text())
+    want = mean_metrics(evaluate_flat(combined, test.labels, offsets=test.offsets,
+                                      metrics=list(result["metrics"]["test"]), convention="letor4"))
+    assert result["metrics"]["test"] == pytest.approx(want, abs=1e-12)
+    assert result["ensemble"]["of"] == _BLEND["members"] and result["ensemble"]["members"] == ids
+    assert result["ensemble"]["weights"] == pytest.approx([0.25] * 4)
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert list(dict.fromkeys(r["method"] for r in rows)) == ["neural_ndcg-linear", "lightgbm-lambdarank",
+                                                              "blend"]
+    gbdt = next(r for r in rows if r["method"] == "lightgbm-lambdarank" and r["split"] == "test"
+                and r["metric"] == "map")
+    assert gbdt["baseline"] == "blend" and gbdt["n_queries"] == "6"
+    summary = (out / "summary.md").read_text()
+    assert "| blend |" in summary
+    assert "`blend`: a blend of `neural_ndcg-linear`, `lightgbm-lambdarank`" in summary
+    # Resumable like a seed ensemble; a dry run lists it.
+    assert run_experiment(spec_from_dict(data), out).ensembles_reused == ["syn--files--blend"]
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0
+    assert "syn--files--blend\tensemble, built" in capsys.readouterr().out

@@ -65,7 +65,7 @@ def run(args: Any) -> int:
                   convention=spec.convention, baseline=spec.baseline, alpha=spec.alpha, command=command,
                   select_by=spec.select_by)
     ensembles = (f"{len(outcome.ensembles_built)} ensemble(s) built, {len(outcome.ensembles_reused)} reused; "
-                 if spec.ensemble else "")
+                 if spec.ensemble or spec.blends else "")
     print(f"{len(outcome.ran)} run(s) done, {len(outcome.skipped)} skipped (finished before); {ensembles}"
           f"summary: {out / 'summary.md'}")
     if outcome.failed:

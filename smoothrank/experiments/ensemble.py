@@ -1,4 +1,4 @@
-"""Seed ensembles: per fold, the scores of a method's seed runs combined per query and evaluated.
+"""Seed ensembles and blends: per fold, the scores of several runs combined per query and evaluated.
 
 With ``ensemble: true`` in a spec, every method (neural or GBDT) trained with N >= 2 seeds gets
 one more "method", ``<method>+ens<N>``: on each fold, the N runs' scores of every document are
@@ -6,6 +6,11 @@ standardised per query (:func:`normalize_scores`), averaged over the runs
 (:func:`combine_scores`), and the averaged scores are evaluated like any run's (training,
 validation and test splits under the spec's convention; per-query test values for the t-test).
 No training is involved, so an ensemble is rebuilt whenever one of its members changes.
+
+A *blend* (``blends:`` in a spec) combines different methods the same way: its label names it, its
+members are method labels of the grid, and every member method weighs the same in the mean (a
+method's seed runs share its weight), so a method run with five seeds does not outvote one run
+with a single seed.
 
 Storage (see :func:`build_ensemble`)::
 
@@ -123,10 +128,11 @@ def normalize_scores(scores: Any, offsets: Any, *, normalize: str = "zscore") ->
     raise SmoothrankError(f"normalize: expected one of {list(NORMALIZATIONS)}, got {normalize!r}")
 
 
-def combine_scores(score_arrays: Sequence[Any], offsets: Any, *, normalize: str = "zscore") -> np.ndarray:
-    """The seed-ensemble score of every document: the mean of the runs' standardised scores.
+def combine_scores(score_arrays: Sequence[Any], offsets: Any, *, normalize: str = "zscore",
+                   weights: Sequence[float] | None = None) -> np.ndarray:
+    """The ensemble score of every document: the (weighted) mean of the runs' standardised scores.
 
-    .. math:: e_i = \\frac1M \\sum_{m=1}^{M} N_q(s^{(m)})_i
+    .. math:: e_i = \\sum_{m=1}^{M} w_m N_q(s^{(m)})_i, \\qquad w_m = 1/M \\text{ by default}
 
     where :math:`s^{(m)}` are the scores of run m (all runs score the same documents in the same
     row order), q the query of document i, and :math:`N_q` the per-query standardisation of
@@ -142,6 +148,8 @@ def combine_scores(score_arrays: Sequence[Any], offsets: Any, *, normalize: str 
     offsets : 1-D integer array
         ``offsets[q]:offsets[q+1]`` are the rows of query q (flat, no padding).
     normalize : {"zscore", "rank", "none"}
+    weights : sequence of float, optional
+        One non-negative weight per run, not all zero; divided by their sum. Default: equal.
 
     Returns
     -------
@@ -159,13 +167,25 @@ def combine_scores(score_arrays: Sequence[Any], offsets: Any, *, normalize: str 
         if a.shape != arrays[0].shape:
             raise SmoothrankError(f"score_arrays[{m}]: shape {a.shape} differs from score_arrays[0] "
                                   f"{arrays[0].shape}")
+    w = None if weights is None else _check_weights(weights, len(arrays))
     total = np.zeros(arrays[0].shape, dtype=np.float64)
     for m, a in enumerate(arrays):
         try:
-            total += normalize_scores(a, offsets, normalize=normalize)
+            z = normalize_scores(a, offsets, normalize=normalize)
         except SmoothrankError as err:
             raise SmoothrankError(f"score_arrays[{m}]: {err}") from None
-    return total / len(arrays)
+        total += z if w is None else w[m] * z
+    return total / len(arrays) if w is None else total
+
+
+def _check_weights(weights: Sequence[float], n_runs: int) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n_runs,):
+        raise SmoothrankError(f"weights: expected one weight per run ({n_runs}), got shape {w.shape}")
+    if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise SmoothrankError(f"weights: expected finite non-negative weights, not all zero, "
+                              f"got {w.tolist()}")
+    return w / w.sum()
 
 
 # ------------------------------------------------------------------------------ planning
@@ -176,7 +196,8 @@ def ensemble_label(method: str, n_seeds: int) -> str:
 
 @dataclass(frozen=True)
 class EnsemblePlan:
-    """One seed ensemble: a method's runs on one dataset fold, in the spec's seed order."""
+    """One ensemble on one dataset fold: a method's seed runs (in the spec's seed order) or a blend's
+    runs (member method by member method; ``weights`` give each method the same share)."""
 
     dataset: str
     fold: int | None
@@ -184,6 +205,8 @@ class EnsemblePlan:
     label: str
     normalize: str
     members: tuple[Cell, ...]
+    weights: tuple[float, ...] | None = None
+    blend_of: tuple[str, ...] = ()
 
     @property
     def ensemble_id(self) -> str:
@@ -192,15 +215,26 @@ class EnsemblePlan:
 
 
 def plan_ensembles(spec: ExperimentSpec, cells: Sequence[Cell]) -> list[EnsemblePlan]:
-    """The ensembles of ``spec`` (none unless ``ensemble: true``), in the order of ``cells``."""
-    if not spec.ensemble:
-        return []
+    """The ensembles of ``spec``: the seed ensembles (with ``ensemble: true``) in the order of
+    ``cells``, then the blends of every dataset fold."""
     groups: dict[tuple[str, int | None, str], list[Cell]] = {}
     for cell in cells:
         groups.setdefault((cell.dataset, cell.fold, cell.method), []).append(cell)
-    return [EnsemblePlan(dataset, fold, method, ensemble_label(method, len(members)), spec.ensemble_normalize,
-                         tuple(members))
-            for (dataset, fold, method), members in groups.items() if len(members) >= 2]
+    plans = [EnsemblePlan(dataset, fold, method, ensemble_label(method, len(members)),
+                          spec.ensemble_normalize, tuple(members))
+             for (dataset, fold, method), members in groups.items() if spec.ensemble and len(members) >= 2]
+    folds = list(dict.fromkeys((dataset, fold) for dataset, fold, _ in groups))
+    for blend in spec.blends:
+        for dataset, fold in folds:
+            runs = [groups.get((dataset, fold, method), []) for method in blend.members]
+            if not all(runs):
+                continue  # a member method absent from this dataset fold
+            members = tuple(c for method_runs in runs for c in method_runs)
+            weights = tuple(1.0 / (len(runs) * len(method_runs)) for method_runs in runs for _ in method_runs)
+            plans.append(EnsemblePlan(dataset, fold, "+".join(blend.members), blend.label,
+                                      blend.normalize or spec.ensemble_normalize, members, weights,
+                                      tuple(blend.members)))
+    return plans
 
 
 # ------------------------------------------------------------------------------ storage
@@ -298,12 +332,15 @@ def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str
         cache[key] = _load_splits(_data_section(plan.members[0]))
     splits = cache[key]
     members = [member_scores(c, out_dir, splits, results[c.run_id]) for c in plan.members]
-    fingerprint = hashlib.sha256(json.dumps({
+    identity: dict[str, Any] = {
         "formula": _FORMULA_VERSION, "label": plan.label, "normalize": plan.normalize,
         "metrics": list(metrics), "convention": convention,
         "members": [[c.run_id, c.fingerprint(), _digest(s)]
                     for c, s in zip(plan.members, members, strict=True)],
-    }, sort_keys=True).encode()).hexdigest()
+    }
+    if plan.weights is not None:  # absent for seed ensembles, so their stored fingerprints stay valid
+        identity["weights"] = list(plan.weights)
+    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     folder = Path(out_dir) / ENSEMBLES_DIR / plan.ensemble_id
     path = folder / RESULT_FILE
     if path.is_file():
@@ -313,15 +350,18 @@ def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str
             stored = None  # rebuilt below
         if isinstance(stored, dict) and stored.get("fingerprint") == fingerprint:
             return stored, False
-    combined = {name: combine_scores([m[name] for m in members], ds.offsets, normalize=plan.normalize)
+    combined = {name: combine_scores([m[name] for m in members], ds.offsets, normalize=plan.normalize,
+                                     weights=plan.weights)
                 for name, ds in splits.items()}
     scored = _score_splits(combined, splits, metrics=metrics, convention=convention)
     result = {"run_id": plan.ensemble_id, "dataset": plan.dataset, "fold": plan.fold, "method": plan.label,
               "kind": "ensemble", "seed": None, "fingerprint": fingerprint, "convention": convention,
               "seconds": round(time.perf_counter() - started, 3), **scored,
-              "ensemble": {"of": plan.method, "normalize": plan.normalize,
+              "ensemble": {"of": list(plan.blend_of) if plan.blend_of else plan.method,
+                           "normalize": plan.normalize,
                            "members": [c.run_id for c in plan.members],
-                           "member_fingerprints": [c.fingerprint() for c in plan.members]}}
+                           "member_fingerprints": [c.fingerprint() for c in plan.members],
+                           **({"weights": list(plan.weights)} if plan.weights is not None else {})}}
     folder.mkdir(parents=True, exist_ok=True)
     write_scores(folder / SCORES_FILE, combined)
     write_json(path, result)  # last: the ensemble is finished iff it exists

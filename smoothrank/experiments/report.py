@@ -6,8 +6,8 @@ folds. The t-test pairs the per-query test values of a method with those of the 
 baseline on the same (fold, query), seeds averaged per query, all folds pooled (on MQ2008 the
 five test folds partition the 784 queries, so each query counts once).
 
-Seed ensembles (``kind`` "ensemble", method ``<method>+ens<N>``) are one result per fold and are
-summarised like any method; one may be the t-test baseline.
+Seed ensembles and blends (``kind`` "ensemble", method ``<method>+ens<N>`` or the blend's label) are
+one result per fold and are summarised like any method; one may be the t-test baseline.
 
 Markdown marks a mean with ``▲`` (``▼``) when the method is significantly better (worse) than
 the baseline at level ``alpha`` on that metric.
@@ -80,6 +80,9 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
                                        "n_folds": n_folds, "n_runs": len(runs), "baseline": "",
                                        "p_value": math.nan, "t_statistic": math.nan, "n_queries": 0,
                                        "significant": 0}
+                of = (runs[0].get("ensemble") or {}).get("of")
+                if isinstance(of, list):  # a blend: the member methods
+                    row["blend_of"] = of
                 if split == "test" and base_runs:
                     test = _compare(runs, base_runs, metric)
                     row.update(baseline=baseline, p_value=test.pvalue, t_statistic=test.statistic,
@@ -192,9 +195,14 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
     if baseline:
         lines.append(f"▲/▼: significantly better/worse than `{baseline}` (paired t-test over test queries, "
                      f"two-sided, p < {alpha:g}).")
-    if any(r.get("kind") == "ensemble" for r in rows):
+    if any(r.get("kind") == "ensemble" and not r.get("blend_of") for r in rows):
         lines.append("`<method>+ens<N>`: the seed ensemble of `<method>`: per fold, the mean of its N seed "
                      "runs' per-query standardised scores, evaluated as one run.")
+    blends = {r["method"]: r["blend_of"] for r in rows if r.get("blend_of")}
+    for label, members in blends.items():
+        lines.append(f"`{label}`: a blend of {', '.join(f'`{m}`' for m in members)}: per fold, the mean of "
+                     "the members' per-query standardised scores, each method weighing the same (its seed "
+                     "runs share its weight), evaluated as one run.")
     lines.append("")
     index = {(r["dataset"], r["method"], r["split"], r["metric"]): r for r in rows}
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
@@ -234,7 +242,8 @@ def format_csv(rows: Sequence[dict[str, Any]]) -> str:
     writer.writeheader()
     for row in rows:
         writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else
-                             (f"{v:.6g}" if isinstance(v, float) else v)) for k, v in row.items()})
+                             (f"{v:.6g}" if isinstance(v, float) else v)) for k, v in row.items()
+                         if k in CSV_COLUMNS})
     return buffer.getvalue()
 
 

@@ -7,7 +7,8 @@ Layout of the output folder::
     OUT/runs/<run id>/scores.npz          the selected model's scores (float64 per split, row order)
     OUT/runs/<run id>/train/              the trainer's run directory (neural runs: metrics.jsonl,
                                           checkpoint.pt, model.pt, ...)
-    OUT/ensembles/<ensemble id>/          seed ensembles (``ensemble: true``), built after the runs:
+    OUT/ensembles/<ensemble id>/          seed ensembles (``ensemble: true``) and blends (``blends:``),
+                                          built after the runs:
                                           see :mod:`smoothrank.experiments.ensemble`
     OUT/summary.md, summary.csv, summary.json   see :mod:`smoothrank.experiments.report`
 
@@ -280,7 +281,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 
     results = [done[c.run_id] for c in cells if c.run_id in done]
     built: list[str] = []
     reused: list[str] = []
-    if spec.ensemble:
+    if spec.ensemble or spec.blends:
         results = _with_ensembles(spec, cells, results, done, out, failed, built, reused, say)
     return ExperimentOutcome(results, ran, skipped, failed, built, reused)
 
@@ -288,7 +289,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 
 def _with_ensembles(spec: ExperimentSpec, cells: Sequence[Cell], results: list[dict[str, Any]],
                     done: dict[str, dict[str, Any]], out: Path, failed: dict[str, str], built: list[str],
                     reused: list[str], say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """``results`` with each buildable seed ensemble inserted after its last member run."""
+    """``results`` with each buildable seed ensemble or blend inserted after its last member run."""
     from smoothrank.experiments.ensemble import build_ensemble, plan_ensembles
 
     after: dict[str, list[dict[str, Any]]] = {}

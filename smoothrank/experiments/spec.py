@@ -25,6 +25,8 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
       - {library: lightgbm, objective: lambdarank, num_boost_round: 500}
     ensemble: false                 # true: also <method>+ens<N>, the seed ensembles (N = len(seeds) >= 2)
     ensemble_normalize: zscore      # zscore | rank | none (smoothrank.experiments.ensemble)
+    blends:                         # cross-method ensembles, each method weighted equally
+      - {label: blend, members: [neural_ndcg-mlp, lightgbm-lambdarank]}
 
 Relative file paths are relative to the spec file. Every problem is reported at once as a
 :class:`~smoothrank.errors.ConfigError` naming the spec file and the key.
@@ -108,6 +110,15 @@ class GBDTSpec(_Strict):
         return self.label or f"{self.library}-{self.objective.replace(':', '_')}"
 
 
+class BlendSpec(_Strict):
+    """A cross-method ensemble: per fold, the members' standardised scores averaged, each member
+    method weighing the same whatever its number of seed runs (smoothrank.experiments.ensemble)."""
+
+    label: Annotated[str, Field(pattern=_LABEL)]
+    members: Annotated[list[str], Field(min_length=2)]
+    normalize: Literal["zscore", "rank", "none"] | None = None  # None: the spec's ensemble_normalize
+
+
 class ExperimentSpec(_Strict):
     name: Annotated[str, Field(pattern=_LABEL)]
     convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
@@ -126,6 +137,7 @@ class ExperimentSpec(_Strict):
     # not cells: they change no run's settings or fingerprint.
     ensemble: bool = False
     ensemble_normalize: str = "zscore"
+    blends: list[BlendSpec] = []
     # Set by load_spec: the folder relative paths are resolved against (not part of the YAML).
     base_dir: str = "."
 
@@ -147,6 +159,10 @@ class ExperimentSpec(_Strict):
         if not self.ensemble:
             return []
         return [f"{label}+ens{len(self.seeds)}" for label in self.method_labels()]
+
+    def blend_labels(self) -> list[str]:
+        """The labels of the cross-method ensembles (``blends:``)."""
+        return [blend.label for blend in self.blends]
 
 
 # ------------------------------------------------------------------------------ cells
@@ -346,9 +362,18 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         problems.append(f"ensemble: a seed ensemble needs at least 2 distinct seeds, got seeds: {spec.seeds}")
     if spec.ensemble_normalize not in ("zscore", "rank", "none"):
         problems.append(f"ensemble_normalize: expected zscore, rank or none, got {spec.ensemble_normalize!r}")
-    labels = spec.method_labels() + spec.ensemble_labels()
+    methods = spec.method_labels()
+    for i, blend in enumerate(spec.blends):
+        unknown = [m for m in blend.members if m not in methods]
+        if unknown:
+            problems.append(f"blends.{i}.members: {unknown} not method(s) of the grid (seed ensembles and "
+                            f"blends cannot be members); methods: {methods}")
+        twice = sorted({m for m in blend.members if blend.members.count(m) > 1})
+        if twice:
+            problems.append(f"blends.{i}.members: {twice} listed twice")
+    labels = methods + spec.ensemble_labels() + spec.blend_labels()
     for label in sorted({x for x in labels if labels.count(x) > 1}):
-        problems.append(f"losses/models/gbdt: method label {label!r} is used twice (set label:)")
+        problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")
     if spec.baseline is not None and spec.baseline not in labels:
         problems.append(f"baseline: {spec.baseline!r} is not a method of the grid; methods: {labels}")
     if not problems and spec.losses:
