@@ -389,3 +389,28 @@ def test_end_to_end_blend(letor_files, tmp_path, capsys):
     assert run_experiment(spec_from_dict(data), out).ensembles_reused == ["syn--files--blend"]
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0
     assert "syn--files--blend\tensemble, built" in capsys.readouterr().out
+
+
+def test_loss_restricted_to_some_models(letor_files):
+    models = [{"label": "linear", "kind": "linear"}, {"label": "mlp", "kind": "mlp", "hidden": [4]}]
+    losses = ["neural_ndcg",
+              {"name": "list_mle", "models": ["linear"], "overrides": {"optimizer": {"lr": 0.01}}},
+              {"name": "list_mle", "models": ["mlp"]}]
+    neural = {**_spec(letor_files)["neural"], "optimizer": {"name": "adam", "lr": 0.002}}
+    spec = spec_from_dict(_spec(letor_files, models=models, losses=losses, ensemble=False, baseline=None,
+                                neural=neural))
+    assert spec.method_labels() == ["neural_ndcg-linear", "neural_ndcg-mlp", "list_mle-linear",
+                                    "list_mle-mlp", "lightgbm-lambdarank"]
+    lr = {c.method: c.settings["config"]["optimizer"]["lr"] for c in expand(spec) if c.kind == "neural"}
+    assert lr["list_mle-linear"] == 0.01 and lr["list_mle-mlp"] == lr["neural_ndcg-mlp"] == 0.002
+    # The same run under a spec without the restriction has the same fingerprint: results carry over.
+    plain = spec_from_dict(_spec(letor_files, losses=[losses[1] | {"models": None}], ensemble=False,
+                                 baseline=None, neural=neural))
+    by_id = {c.run_id: c.fingerprint() for c in expand(spec)}
+    assert all(by_id[c.run_id] == c.fingerprint() for c in expand(plain) if c.method == "list_mle-linear")
+    for bad, fragment in [(["nope"], "losses.1.models: ['nope'] not model label(s) of the spec"),
+                          ([], "losses.1.models: empty")]:
+        with pytest.raises(ConfigError, match="problem") as info:
+            spec_from_dict(_spec(letor_files, models=models, losses=["neural_ndcg", {"name": "list_mle",
+                                                                                    "models": bad}]))
+        assert fragment in str(info.value)

@@ -19,6 +19,7 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
     losses:
       - neural_ndcg
       - {name: neural_ndcg, label: neural_ndcg@5, options: {k: 5}, model_options: {output_activation: tanh}}
+      - {name: list_mle, models: [mlp], overrides: {optimizer: {lr: 0.01}}}   # only with these models
     models:
       - {label: mlp, kind: mlp, hidden: [64]}
     gbdt:
@@ -75,6 +76,9 @@ class LossSpec(_Strict):
     # Merged into every model's options for this loss only: the NeuralNDCG paper puts a tanh on
     # the output for NeuralNDCG(T) and no activation for the other losses (section 5.2).
     model_options: dict[str, Any] = {}
+    # The model labels this loss is trained with (default: every model of the spec), e.g. to give
+    # a linear model its own learning rate through ``overrides`` under the same loss tag.
+    models: list[str] | None = None
 
     @property
     def tag(self) -> str:
@@ -149,9 +153,14 @@ class ExperimentSpec(_Strict):
             return [{"name": item} if isinstance(item, str) else item for item in value]
         return value
 
+    def neural_pairs(self) -> list[tuple[LossSpec, ModelSpec]]:
+        """Every (loss, model) of the grid: each loss with every model, or with its ``models``."""
+        return [(loss, model) for loss in self.losses for model in self.models
+                if loss.models is None or model.label in loss.models]
+
     def method_labels(self) -> list[str]:
         """Every method label, neural (``loss-model``) then GBDT."""
-        return [f"{loss.tag}-{model.label}" for loss in self.losses for model in self.models] + \
+        return [f"{loss.tag}-{model.label}" for loss, model in self.neural_pairs()] + \
                [g.tag for g in self.gbdt]
 
     def ensemble_labels(self) -> list[str]:
@@ -262,13 +271,12 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
     for ds in spec.datasets:
         folds: list[int | None] = list(ds.mq2008_folds) if ds.mq2008_folds is not None else [None]
         for fold in folds:
-            for loss in spec.losses:
-                for model in spec.models:
-                    for seed in spec.seeds:
-                        settings = {"config": neural_config_dict(spec, loss, model, ds, fold, seed),
-                                    "convention": spec.convention, "metrics": list(spec.metrics)}
-                        cells.append(Cell(dataset=ds.name, fold=fold, method=f"{loss.tag}-{model.label}",
-                                          kind="neural", seed=seed, settings=settings))
+            for loss, model in spec.neural_pairs():
+                for seed in spec.seeds:
+                    settings = {"config": neural_config_dict(spec, loss, model, ds, fold, seed),
+                                "convention": spec.convention, "metrics": list(spec.metrics)}
+                    cells.append(Cell(dataset=ds.name, fold=fold, method=f"{loss.tag}-{model.label}",
+                                      kind="neural", seed=seed, settings=settings))
             for gb in spec.gbdt:
                 for seed in spec.seeds:
                     settings = {"data": _data_section(ds, fold, base),
@@ -339,6 +347,12 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             problems.append(f"losses.{i}.overrides.{key}: set by the grid, not by a loss override")
         for key in sorted(set(loss.model_options) & {"kind", "label"}):
             problems.append(f"losses.{i}.model_options.{key}: set by the model, not by a loss")
+        unknown_models = [m for m in loss.models or [] if m not in {model.label for model in spec.models}]
+        if unknown_models:
+            problems.append(f"losses.{i}.models: {unknown_models} not model label(s) of the spec; models: "
+                            f"{[model.label for model in spec.models]}")
+        elif loss.models is not None and not loss.models:
+            problems.append(f"losses.{i}.models: empty; omit it to train the loss with every model")
     available = set(loss_registry.available())
     for i, loss in enumerate(spec.losses):
         if loss.name not in available:
@@ -380,13 +394,12 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         # Validate each loss x model training config now, not hours into the grid.
         ds = spec.datasets[0]
         fold = ds.mq2008_folds[0] if ds.mq2008_folds else None
-        for loss in spec.losses:
-            for model in spec.models:
-                try:
-                    config_from_dict(neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0]),
-                                     source=f"neural settings of {loss.tag}-{model.label}")
-                except ConfigError as err:
-                    problems.append(str(err).replace("\n", "\n    "))
+        for loss, model in spec.neural_pairs():
+            try:
+                config_from_dict(neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0]),
+                                 source=f"neural settings of {loss.tag}-{model.label}")
+            except ConfigError as err:
+                problems.append(str(err).replace("\n", "\n    "))
     return problems
 
 
