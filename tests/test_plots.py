@@ -92,17 +92,69 @@ def test_training_curves(tmp_path):
         plots.training_curves(run, tmp_path / "bad.png")
 
 
-def test_summary_bars(tmp_path):
+def _summary_csv(tmp_path: Path, dataset: str = "mq2008") -> Path:
     results = []
     for method, shift in (("a", 0.0), ("b", 0.1)):
         for fold in (1, 2):
             test = [0.3 + shift + 0.01 * fold, 0.5 + shift]
-            results.append({"dataset": "mq2008", "method": method, "fold": fold, "seed": 0, "kind": "neural",
+            results.append({"dataset": dataset, "method": method, "fold": fold, "seed": 0, "kind": "neural",
                             "metrics": {"test": {"ndcg@1": float(np.mean(test)), "map": 0.4 + shift},
                                         "train": {"ndcg@1": 0.6, "map": 0.6}},
                             "per_query": {"qids": ["q1", "q2"], "ndcg@1": test, "map": [0.4, 0.4]}})
     csv_path = tmp_path / "summary.csv"
     csv_path.write_text(format_csv(summarize(results, metrics=["ndcg@1", "map"], baseline="a")))
+    return csv_path
+
+
+def test_summary_forest_and_selections(tmp_path):
+    csv_path = _summary_csv(tmp_path)
+    refs = {"published X": {"ndcg@1": 0.45, "map": 0.42}, "only map": {"map": 0.5}}
+    data = plots.summary_forest(csv_path, tmp_path / "forest.png", references=refs)
+    _assert_png(tmp_path / "forest.png")
+    assert data["methods"] == ["a", "b"] and data["metrics"] == ["ndcg@1", "map"]
+    np.testing.assert_allclose(data["mean"], [[0.4075, 0.4], [0.5075, 0.5]], atol=1e-5)
+    np.testing.assert_allclose(data["std"][:, 0], [0.005 / 2 ** 0.5] * 2, atol=1e-7)  # folds differ by 0.005
+    assert data["references"] == refs
+    # --methods / --metrics pick and order; unknown names are a clear error naming the file.
+    data = plots.summary_bars(csv_path, tmp_path / "bars.png", methods=["b"], metrics=["map"])
+    assert data["methods"] == ["b"] and data["metrics"] == ["map"] and data["mean"].tolist() == [[0.5]]
+    with pytest.raises(SmoothrankError, match=r"--methods: \['c'\] not in .*summary.csv"):
+        plots.summary_forest(csv_path, tmp_path / "x.png", methods=["a", "c"])
+    with pytest.raises(SmoothrankError, match=r"--metrics: \['ndcg@9'\]"):
+        plots.summary_forest(csv_path, tmp_path / "x.png", metrics=["ndcg@9"])
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_cli_plot_forest_with_published_rows(tmp_path, capsys):
+    from smoothrank.published import MQ2008_BASELINES
+
+    csv_path = _summary_csv(tmp_path)
+    out = tmp_path / "f.png"
+    assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published",
+                     "--methods", "b,a", "--metrics", "map"]) == 0
+    _assert_png(out)
+    assert str(out) in capsys.readouterr().out
+    # The published rows apply to an MQ2008 test split under letor4 only.
+    (tmp_path / "spec.yaml").write_text("name: x\nconvention: lightgbm\n")
+    assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published"]) == 2
+    assert "letor4" in capsys.readouterr().err
+    (tmp_path / "spec.yaml").write_text("name: x\nconvention: letor4\n")
+    assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published",
+                     "--split", "valid"]) == 2
+    assert "test-set values" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()
+    other = _summary_csv(tmp_path / "other", "mslr")
+    assert cli_main(["plot", "forest", str(other), "--out", str(out), "--published"]) == 2
+    assert "'mslr'" in capsys.readouterr().err
+    assert cli_main(["plot", "summary", str(csv_path), "--out", str(out), "--published"]) == 2
+    assert "only for plot forest" in capsys.readouterr().err
+    assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--methods", ","]) == 2
+    assert "--methods" in capsys.readouterr().err
+    assert len(MQ2008_BASELINES) == 5
+
+
+def test_summary_bars(tmp_path):
+    csv_path = _summary_csv(tmp_path)
     data = plots.summary_bars(csv_path, tmp_path / "bars.png")
     _assert_png(tmp_path / "bars.png")
     assert data["methods"] == ["a", "b"] and data["metrics"] == ["ndcg@1", "map"]

@@ -19,26 +19,36 @@ def _temperatures(text: str) -> list[float]:
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "plot", help="draw a figure (PNG): figure1, figure2, softrank, curves RUN_DIR, summary SUMMARY.csv",
+        "plot", help="draw a figure (PNG): figure1, figure2, softrank, curves RUN_DIR, summary SUMMARY.csv, "
+                     "forest SUMMARY.csv",
         description="figure1/figure2: NeuralNDCG paper Figures 1 and 2; softrank: SoftRank Figures 2 and 3; "
                     "curves RUN_DIR: loss and validation metrics per epoch of a training run; "
-                    "summary SUMMARY.csv: bar chart of an experiment summary.")
-    parser.add_argument("figure", choices=("figure1", "figure2", "softrank", "curves", "summary"))
+                    "summary SUMMARY.csv: bar chart of an experiment summary; forest SUMMARY.csv: the same "
+                    "as a forest plot on a zoomed axis, optionally with the published LETOR 4.0 rows.")
+    parser.add_argument("figure", choices=("figure1", "figure2", "softrank", "curves", "summary", "forest"))
     parser.add_argument("source", nargs="?", default=None,
-                        help="RUN_DIR for curves, SUMMARY.csv for summary")
+                        help="RUN_DIR for curves, SUMMARY.csv for summary and forest")
     parser.add_argument("--out", required=True, help="output PNG file")
     parser.add_argument("--temperature", type=float, default=1.0, help="figure1: NeuralNDCG temperature")
     parser.add_argument("--temperatures", default="0.01,0.1,0.5,1,2", help="figure2: comma-separated")
     parser.add_argument("--sigma", type=float, default=0.2, help="softrank: score standard deviation")
     parser.add_argument("--dataset", default=None, help="summary: which dataset (default: the first)")
     parser.add_argument("--split", default="test", choices=("test", "train", "valid"), help="summary: split")
+    parser.add_argument("--methods", default=None,
+                        help="summary, forest: comma-separated methods (default: all)")
+    parser.add_argument("--metrics", default=None,
+                        help="summary, forest: comma-separated metrics (default: all)")
+    parser.add_argument("--published", action="store_true",
+                        help="forest: draw the published LETOR 4.0 MQ2008 rows (test, letor4 convention)")
     parser.set_defaults(func=run)
 
 
 def run(args: Any) -> int:
     from smoothrank import plots
 
-    needs_source = args.figure in ("curves", "summary")
+    needs_source = args.figure in ("curves", "summary", "forest")
+    if args.published and args.figure != "forest":
+        raise CLIError(f"--published: only for plot forest, not plot {args.figure}")
     if needs_source and args.source is None:
         what = "run directory" if args.figure == "curves" else "summary.csv"
         raise CLIError(f"plot {args.figure}: give the {what}")
@@ -56,7 +66,50 @@ def run(args: Any) -> int:
         plots.softrank_figure(args.out, sigma=args.sigma)
     elif args.figure == "curves":
         plots.training_curves(args.source, args.out)
+    elif args.figure == "summary":
+        plots.summary_bars(args.source, args.out, dataset=args.dataset, split=args.split,
+                           metrics=_names(args.metrics, "--metrics"),
+                           methods=_names(args.methods, "--methods"))
     else:
-        plots.summary_bars(args.source, args.out, dataset=args.dataset, split=args.split)
+        plots.summary_forest(args.source, args.out, dataset=args.dataset, split=args.split,
+                             metrics=_names(args.metrics, "--metrics"),
+                             methods=_names(args.methods, "--methods"),
+                             references=_published(args) if args.published else None)
     print(args.out)
     return 0
+
+
+def _names(text: str | None, option: str) -> list[str] | None:
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise CLIError(f"{option}: expected comma-separated names, got {text!r}")
+    return names
+
+
+def _published(args: Any) -> dict[str, dict[str, float]]:
+    """The published LETOR 4.0 rows, checked to apply: an MQ2008 test split under letor4 (the
+    convention is read from the experiment's ``spec.yaml`` beside ``summary.csv``, when there)."""
+    import csv
+    from pathlib import Path
+
+    import yaml
+
+    from smoothrank.experiments.report import published_baselines
+
+    if args.split != "test":
+        raise CLIError(f"--published: the published rows are test-set values; got --split {args.split}")
+    spec_path = Path(args.source).parent / "spec.yaml"
+    convention = "letor4"
+    if spec_path.is_file():
+        convention = (yaml.safe_load(spec_path.read_text(encoding="utf-8")) or {}).get("convention", "letor4")
+    dataset = args.dataset
+    if dataset is None:
+        with open(args.source, encoding="utf-8", newline="") as handle:
+            dataset = next((row.get("dataset") for row in csv.DictReader(handle)), None) or ""
+    rows = published_baselines([dataset], convention)
+    if not rows:
+        raise CLIError(f"--published: the published LETOR 4.0 rows are for MQ2008 under the letor4 "
+                       f"convention; {args.source} is dataset {dataset!r} under {convention!r}")
+    return rows

@@ -6,6 +6,8 @@
   distributions -> discount distribution.
 * :func:`training_curves`: loss and validation metrics per epoch of a trainer run directory.
 * :func:`summary_bars`: test means ± std over folds from an experiment's ``summary.csv``.
+* :func:`summary_forest`: the same as a forest plot on a zoomed axis, with reference values (the
+  published LETOR 4.0 rows) as vertical lines.
 
 Every function computes its curves with the package's own code (no hand-drawn data), writes
 the PNG atomically and returns the arrays it plotted, so tests can check them.
@@ -18,6 +20,7 @@ from smoothrank.plots.figures import (
     softrank_example,
     softrank_figure,
     summary_bars,
+    summary_forest,
     training_curves,
 )
 
@@ -28,5 +31,6 @@ __all__ = [
     "softrank_example",
     "softrank_figure",
     "summary_bars",
+    "summary_forest",
     "training_curves",
 ]

@@ -7,7 +7,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -294,10 +294,10 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
     return out
 
 
-def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[str], *,
-                 dataset: str | None = None, split: str = "test",
-                 metrics: Sequence[str] | None = None) -> dict[str, Any]:
-    """Grouped bars: mean ± std over folds of each method, one group per metric, from ``summary.csv``."""
+def _summary_table(summary_csv: str | os.PathLike[str], *, dataset: str | None, split: str,
+                   metrics: Sequence[str] | None, methods: Sequence[str] | None
+                   ) -> tuple[str, list[str], list[str], np.ndarray, np.ndarray]:
+    """``(dataset, metrics, methods, mean, std)`` of one dataset and split of a ``summary.csv``."""
     csv_path = Path(summary_csv)
     with csv_path.open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
@@ -315,16 +315,32 @@ def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[st
     rows = [r for r in rows if r["dataset"] == chosen and r["split"] == split]
     if not rows:
         raise SmoothrankError(f"{csv_path}: no {split!r} rows for dataset {chosen!r}")
-    names = list(metrics) if metrics else list(dict.fromkeys(r["metric"] for r in rows))
-    methods = list(dict.fromkeys(r["method"] for r in rows))
+    available = list(dict.fromkeys(r["method"] for r in rows))
+    names = list(dict.fromkeys(r["metric"] for r in rows))
+    for option, wanted, have in (("--methods", methods, available), ("--metrics", metrics, names)):
+        unknown = [w for w in wanted or [] if w not in have]
+        if unknown:
+            raise SmoothrankError(f"{option}: {unknown} not in {csv_path} ({chosen}, {split}); it has {have}")
+    names = list(metrics) if metrics else names
+    chosen_methods = list(methods) if methods else available
     index = {(r["method"], r["metric"]): r for r in rows}
 
     def value(method: str, metric: str, key: str) -> float:
         row = index.get((method, metric))
         return float(row[key]) if row is not None and row[key] not in ("", None) else math.nan
 
-    means = np.asarray([[value(m, k, "mean") for k in names] for m in methods])
-    stds = np.asarray([[value(m, k, "std") for k in names] for m in methods])
+    means = np.asarray([[value(m, k, "mean") for k in names] for m in chosen_methods])
+    stds = np.asarray([[value(m, k, "std") for k in names] for m in chosen_methods])
+    return chosen, names, chosen_methods, means, stds
+
+
+def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[str], *,
+                 dataset: str | None = None, split: str = "test",
+                 metrics: Sequence[str] | None = None,
+                 methods: Sequence[str] | None = None) -> dict[str, Any]:
+    """Grouped bars: mean ± std over folds of each method, one group per metric, from ``summary.csv``."""
+    chosen, names, methods, means, stds = _summary_table(summary_csv, dataset=dataset, split=split,
+                                                         metrics=metrics, methods=methods)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.22 * len(names) * len(methods) + 2.0)), 4.2))
     width = 0.8 / len(methods)
@@ -349,3 +365,41 @@ def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[st
     fig.tight_layout()
     _save(fig, path)
     return {"methods": methods, "metrics": names, "mean": means, "std": stds}
+
+
+def summary_forest(summary_csv: str | os.PathLike[str], path: str | os.PathLike[str], *,
+                   dataset: str | None = None, split: str = "test", metrics: Sequence[str] | None = None,
+                   methods: Sequence[str] | None = None,
+                   references: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """Forest plot: one panel per metric, each method's mean (dot) ± std over folds (bar), on an
+    axis zoomed to the values, with ``references`` (e.g. the published LETOR 4.0 rows:
+    ``{name: {metric: value}}``) as vertical lines. Bars from zero hide differences of 0.005
+    between methods; this plot shows them, and how they compare with the fold-to-fold spread."""
+    chosen, names, methods, means, stds = _summary_table(summary_csv, dataset=dataset, split=split,
+                                                         metrics=metrics, methods=methods)
+    refs = {name: dict(values) for name, values in (references or {}).items()}
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(names), sharey=True, squeeze=False,
+                             figsize=(max(6.0, 3.0 * len(names) + 2.5), max(2.5, 0.28 * len(methods) + 1.4)))
+    ys = np.arange(len(methods))[::-1]  # first method on top
+    styles = ("--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3)))
+    colours = plt.get_cmap("tab10").colors
+    for j, (ax, metric) in enumerate(zip(axes[0], names, strict=True)):
+        ok = np.isfinite(means[:, j])
+        err = np.where(np.isfinite(stds[:, j]), stds[:, j], 0.0)
+        ax.errorbar(means[ok, j], ys[ok], xerr=err[ok], fmt="o", ms=4, color="black", ecolor="0.7",
+                    elinewidth=1.0, capsize=2)
+        for r, (name, values) in enumerate(refs.items()):
+            if metric in values:
+                ax.axvline(values[metric], color=colours[r % len(colours)], ls=styles[r % len(styles)],
+                           lw=1.2, label=name if j == 0 else None)
+        ax.set_title(metric)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(ys)
+    axes[0][0].set_yticklabels(methods, fontsize=8)
+    fig.suptitle(f"{chosen}: {split} set, mean ± std over folds")
+    if refs:
+        fig.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9), frameon=False)
+    fig.tight_layout()
+    _save(fig, path)
+    return {"methods": methods, "metrics": names, "mean": means, "std": stds, "references": refs}
