@@ -369,8 +369,22 @@ def test_cli_experiment(letor_files, tmp_path, capsys):
     assert "finished" in capsys.readouterr().out
     assert cli_main(["experiment", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
-    assert cli_main(["experiment", str(spec_path), "--workers", "0"]) == 2
-    assert "--workers" in capsys.readouterr().err
+    for bad in ("0", "-1", "two", "1.5"):
+        assert cli_main(["experiment", str(spec_path), "--workers", bad]) == 2
+        assert "--workers: expected an integer >= 1 or 'auto'" in capsys.readouterr().err
+    # auto: every finished run is skipped whatever the worker count; the count follows the CPUs.
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet", "--workers", "auto"]) == 0
+    assert "0 run(s) done, 1 skipped" in capsys.readouterr().out
+
+
+def test_workers_auto_divides_the_usable_cpus(monkeypatch):
+    from smoothrank.cli import experiment as cli_experiment
+
+    monkeypatch.setattr(cli_experiment, "_usable_cpus", lambda: 16)
+    assert cli_experiment._workers("auto", 1) == 16
+    assert cli_experiment._workers("auto", 4) == 4
+    assert cli_experiment._workers("auto", 32) == 1  # never 0
+    assert cli_experiment._workers("3", 8) == 3  # an explicit count is taken as given
 
 
 def test_compare_two_methods_against_scipy(tmp_path, capsys):

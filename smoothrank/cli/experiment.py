@@ -6,6 +6,7 @@ continued by running the same command again.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -23,20 +24,40 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("spec", help="experiment spec (YAML), e.g. experiments/mq2008.yaml")
     parser.add_argument("--out", default=None,
                         help="output folder (default: runs/experiments/<spec name>)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="runs in parallel, one process each (default 1)")
+    parser.add_argument("--workers", default="1",
+                        help="runs in parallel, one process each: an integer, or 'auto' for the usable "
+                             "CPUs divided by the spec's num_threads (default 1)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(func=run)
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # respects taskset / container CPU sets
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _workers(text: str, num_threads: int) -> int:
+    """``--workers``: an integer >= 1, or ``auto`` = usable CPUs // threads per run (at least 1)."""
+    if text == "auto":
+        return max(1, _usable_cpus() // num_threads)
+    try:
+        workers = int(text)
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise CLIError(f"--workers: expected an integer >= 1 or 'auto', got {text!r}")
+    return workers
 
 
 def run(args: Any) -> int:
     from smoothrank.experiments import expand, load_spec, run_experiment, write_reports
     from smoothrank.experiments.runner import finished_result
 
-    if args.workers < 1:
-        raise CLIError(f"--workers: expected an integer >= 1, got {args.workers}")
     spec = load_spec(args.spec)
+    args.workers = _workers(args.workers, spec.num_threads)
     out = Path(args.out) if args.out is not None else Path("runs") / "experiments" / spec.name
     if args.dry_run:
         from smoothrank.experiments.ensemble import ENSEMBLES_DIR, plan_ensembles
