@@ -406,6 +406,20 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
     assert cli_main(["compare", str(tmp_path), "a", "nope"]) == 2
     assert "method_b" in capsys.readouterr().err
     assert cli_main(["compare", str(tmp_path / "nowhere"), "a", "b"]) == 2
+    # --b-out: method B from another experiment on the same data; a label may be in both.
+    other = tmp_path / "other"
+    for f in (1, 2):
+        write_json(other / "runs" / f"a-{f}" / "result.json", _fake("a", f, b[f], 0.5))
+    capsys.readouterr()
+    assert cli_main(["compare", str(tmp_path), "a", "a", "--b-out", str(other), "--metrics", "ndcg@1",
+                     "--format", "json"]) == 0
+    across = json.loads(capsys.readouterr().out)["ndcg@1"]
+    assert across["p_value"] == pytest.approx(reference.pvalue, rel=1e-6)
+    assert cli_main(["compare", str(tmp_path), "a", "b", "--b-out", str(other)]) == 2
+    assert f"no finished run of 'b' in {other}" in capsys.readouterr().err
+    write_json(other / "runs" / "a-1" / "result.json", {**_fake("a", 1, b[1], 0.5), "dataset": "mslr"})
+    assert cli_main(["compare", str(tmp_path), "a", "a", "--b-out", str(other)]) == 2
+    assert "pair only on the same data" in capsys.readouterr().err
 
 
 def test_shallow_training_discount(letor_files, tmp_path):

@@ -1,7 +1,10 @@
 """``smoothrank compare``: paired t-test between two methods of a finished experiment.
 
-Reads ``OUT/runs/*/result.json`` (and seed ensembles) and prints, per metric, both methods' mean
-test value over their common queries, the mean difference, t and the two-sided p-value.
+Reads ``OUT/runs/*/result.json`` (and seed ensembles and blends) and prints, per metric, the mean
+difference over the two methods' common test queries, t and the two-sided p-value. With
+``--b-out OUT_B`` the second method comes from another experiment on the same data (e.g. a linear
+scorer of one grid against an MLP of another): queries are paired on (fold, query id), and the two
+experiments must share the dataset names and the metric convention.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("out", help="the --out folder of `smoothrank experiment`")
     parser.add_argument("method_a", help="method label, e.g. neural_ndcg-car")
     parser.add_argument("method_b", help="method label, e.g. approx_ndcg-car")
+    parser.add_argument("--b-out", default=None,
+                        help="read method_b from this other experiment output folder (same data)")
     parser.add_argument("--metrics", default="ndcg@1,ndcg@3,ndcg@5,ndcg@10,map",
                         help="comma-separated metrics stored by the experiment")
     parser.add_argument("--alpha", type=float, default=0.05)
@@ -29,19 +34,26 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from smoothrank.experiments import load_results
     from smoothrank.experiments.report import compare_methods
 
-    out = Path(args.out)
-    if not (out / "runs").is_dir():
-        raise CLIError(f"{out}: not an experiment output folder (no runs/ inside)")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    tests = compare_methods(load_results(out, ensembles=True), args.method_a, args.method_b, metrics=metrics)
+    results = _results(Path(args.out))
+    method_b = args.method_b
+    if args.b_out is not None:
+        results_b = _results(Path(args.b_out))
+        method_b = f"{args.method_b} ({args.b_out})"
+        results = [r for r in results if r["method"] == args.method_a] + \
+                  [{**r, "method": method_b} for r in results_b if r["method"] == args.method_b]
+        if not any(r["method"] == method_b for r in results):
+            raise CLIError(f"method_b: no finished run of {args.method_b!r} in {args.b_out}; methods: "
+                           f"{sorted({r['method'] for r in results_b})}")
+        _check_same_data(results, args.method_a, method_b)
+    tests = compare_methods(results, args.method_a, method_b, metrics=metrics)
     if args.format == "json":
         print(json.dumps({m: {"mean_difference": t.mean_difference, "t": t.statistic, "p_value": t.pvalue,
                               "n_queries": t.n} for m, t in tests.items()}, indent=2))
         return 0
-    print(f"{args.method_a} - {args.method_b}, paired t-test over test queries (two-sided)")
+    print(f"{args.method_a} - {method_b}, paired t-test over test queries (two-sided)")
     print("| metric | mean difference | t | p | queries | significant |")
     print("|---|---|---|---|---|---|")
     for metric, t in tests.items():
@@ -49,3 +61,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {metric} | {t.mean_difference:+.4f} | {t.statistic:.2f} | {t.pvalue:.3g} | {t.n} "
               f"| {verdict} |")
     return 0
+
+
+def _results(out: Path) -> list[dict[str, Any]]:
+    from smoothrank.experiments import load_results
+
+    if not (out / "runs").is_dir():
+        raise CLIError(f"{out}: not an experiment output folder (no runs/ inside)")
+    return load_results(out, ensembles=True)
+
+
+def _check_same_data(results: list[dict[str, Any]], method_a: str, method_b: str) -> None:
+    """Queries of two experiments pair only on the same datasets under the same convention."""
+    def facts(method: str, key: str) -> set[Any]:
+        return {r.get(key) for r in results if r["method"] == method}
+
+    for key in ("dataset", "convention"):
+        a, b = facts(method_a, key), facts(method_b, key)
+        if a and b and a != b:
+            raise CLIError(f"--b-out: {method_a} has {key} {sorted(map(str, a))} but {method_b} has "
+                           f"{sorted(map(str, b))}; per-query values pair only on the same data")
