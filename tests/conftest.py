@@ -54,3 +54,13 @@ def write_synthetic_folds(root: Path, *, seed: int, queries: tuple[int, int, int
     for name, n, qid0 in zip(("train", "vali", "test"), queries, (1, 100, 200), strict=True):
         write_synthetic_letor(root / f"{name}.txt", rng, n, docs, qid0, n_features=n_features, noise=noise)
     return root
+
+
+def zscore_loop(s: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per-query z-scores written as a plain loop: the reference for ensemble and blend tests."""
+    out = np.zeros_like(s)
+    for q in range(len(offsets) - 1):
+        part = s[offsets[q]:offsets[q + 1]]
+        if part.std() > 0:
+            out[offsets[q]:offsets[q + 1]] = (part - part.mean()) / part.std()
+    return out

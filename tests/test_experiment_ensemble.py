@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import write_synthetic_folds
+from conftest import write_synthetic_folds, zscore_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import rankdata
@@ -200,15 +200,6 @@ def test_ensemble_option_leaves_cells_unchanged(letor_files):
 
 
 # ------------------------------------------------------------------------------ end to end
-def _zscore_loop(s: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(s)
-    for q in range(len(offsets) - 1):
-        part = s[offsets[q]:offsets[q + 1]]
-        if part.std() > 0:
-            out[offsets[q]:offsets[q + 1]] = (part - part.mean()) / part.std()
-    return out
-
-
 def test_end_to_end_ensemble(letor_files, tmp_path, capsys):
     from smoothrank.data import load_letor
 
@@ -236,8 +227,8 @@ def test_end_to_end_ensemble(letor_files, tmp_path, capsys):
     assert not np.allclose(member_scores[0], member_scores[1])
 
     # Independent recomputation: z-score per query in a loop, mean of the two, evaluate_flat.
-    combined = (_zscore_loop(member_scores[0], test.offsets)
-                + _zscore_loop(member_scores[1], test.offsets)) / 2
+    combined = (zscore_loop(member_scores[0], test.offsets)
+                + zscore_loop(member_scores[1], test.offsets)) / 2
     result = json.loads((ens_dir / "result.json").read_text())
     metrics = result["metrics"]["test"]
     want = mean_metrics(evaluate_flat(combined, test.labels, offsets=test.offsets, metrics=list(metrics),
@@ -319,7 +310,7 @@ def test_end_to_end_ensemble(letor_files, tmp_path, capsys):
 def test_weighted_combination_hand_computation():
     off = np.array([0, 3])
     a, b = np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 9.0])
-    za, zb = _zscore_loop(a, off), _zscore_loop(b, off)
+    za, zb = zscore_loop(a, off), zscore_loop(b, off)
     np.testing.assert_allclose(combine_scores([a, b], off, weights=[3.0, 1.0]), 0.75 * za + 0.25 * zb)
     np.testing.assert_allclose(combine_scores([a, b], off, weights=[0.5, 0.5]), combine_scores([a, b], off))
     # A zero weight drops a run; weights are divided by their sum.
@@ -368,7 +359,7 @@ def test_end_to_end_blend(letor_files, tmp_path, capsys):
     ids = [f"syn--files--{m}--seed{s}" for m in ("neural_ndcg-linear", "lightgbm-lambdarank") for s in (0, 1)]
     runs = [read_scores(out / "runs" / i / "scores.npz")["test"] for i in ids]
     # Independent recomputation: each method's seeds averaged, then the two methods averaged.
-    z = [_zscore_loop(s, test.offsets) for s in runs]
+    z = [zscore_loop(s, test.offsets) for s in runs]
     combined = ((z[0] + z[1]) / 2 + (z[2] + z[3]) / 2) / 2
     result = json.loads((out / "ensembles" / "syn--files--blend" / "result.json").read_text())
     want = mean_metrics(evaluate_flat(combined, test.labels, offsets=test.offsets,

@@ -509,7 +509,8 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
                                               ("mq2008_ensemble_map", 100), ("mq2008_gbdt_fold1", 4),
                                               ("mq2008_mlp", 80), ("mq2008_mlp_long", 80),
                                               ("mq2008_linear", 60), ("mq2008_blend", 175),
-                                              ("lightgbm_example", 13), ("mslr_sample", 6)])
+                                              ("mq2008_stack", 175), ("lightgbm_example", 13),
+                                              ("mslr_sample", 6)])
 def test_shipped_specs_are_valid(shared_dir, name, n_runs):
     # The shipped specs must keep validating as the losses and the trainer evolve.
     spec = load_spec(Path(__file__).resolve().parent.parent / "experiments" / f"{name}.yaml")

@@ -273,6 +273,10 @@ def test_pad_groups():
     vals, mask = pad_groups(np.array([1.0, 2.0, 3.0, 4.0]), [0, 1, 1, 4])
     assert mask.tolist() == [[True, False, False], [False, False, False], [True, True, True]]
     assert vals[2].tolist() == [2.0, 3.0, 4.0]
+    # A (n_docs, M) feature matrix keeps its trailing axis; the mask stays (n_queries, max_list).
+    feats, fmask = pad_groups(np.arange(8.0).reshape(4, 2), [0, 1, 1, 4], fill=-1.0)
+    assert feats.shape == (3, 3, 2) and torch.equal(fmask, mask)
+    assert feats[2].tolist() == [[2.0, 3.0], [4.0, 5.0], [6.0, 7.0]] and feats[1].eq(-1.0).all()
 
 
 @pytest.mark.parametrize(("call", "argument"), [

@@ -4,7 +4,8 @@
 * :mod:`~smoothrank.experiments.runner`: :func:`run_experiment` runs the unfinished cells.
 * :mod:`~smoothrank.experiments.gbdt`: LightGBM / XGBoost rankers on :class:`smoothrank.data.Dataset`.
 * :mod:`~smoothrank.experiments.stats`: :func:`paired_ttest`, :func:`mean_std`.
-* :mod:`~smoothrank.experiments.ensemble`: seed ensembles, :func:`combine_scores`.
+* :mod:`~smoothrank.experiments.ensemble`: seed ensembles and blends, :func:`combine_scores`.
+* :mod:`~smoothrank.experiments.stacking`: learned blends, :func:`fit_blend_weights`.
 * :mod:`~smoothrank.experiments.report`: :func:`write_reports` (Markdown, CSV, JSON).
 
 See ``docs/EXPERIMENTS.md``.
@@ -14,6 +15,7 @@ from smoothrank.experiments.ensemble import combine_scores
 from smoothrank.experiments.report import summarize, write_reports
 from smoothrank.experiments.runner import ExperimentOutcome, load_results, run_cell, run_experiment
 from smoothrank.experiments.spec import Cell, ExperimentSpec, expand, load_spec, spec_from_dict
+from smoothrank.experiments.stacking import fit_blend_weights
 from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "TTest",
     "combine_scores",
     "expand",
+    "fit_blend_weights",
     "load_results",
     "load_spec",
     "mean_std",

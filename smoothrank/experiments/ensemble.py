@@ -36,6 +36,7 @@ import numpy as np
 
 from smoothrank._atomic import atomic_writer
 from smoothrank.errors import SmoothrankError
+from smoothrank.experiments import stacking
 from smoothrank.experiments.spec import Cell, ExperimentSpec
 
 __all__ = ["ENSEMBLES_DIR", "NORMALIZATIONS", "SCORES_FILE", "EnsemblePlan", "build_ensemble",
@@ -207,6 +208,9 @@ class EnsemblePlan:
     members: tuple[Cell, ...]
     weights: tuple[float, ...] | None = None
     blend_of: tuple[str, ...] = ()
+    # A ``weights: learned`` blend: its learner settings (loss, options, l2, cv); ``weights`` are
+    # then the equal starting shares, replaced by the weights fit on validation.
+    learner: Mapping[str, Any] | None = None
 
     @property
     def ensemble_id(self) -> str:
@@ -231,9 +235,13 @@ def plan_ensembles(spec: ExperimentSpec, cells: Sequence[Cell]) -> list[Ensemble
                 continue  # a member method absent from this dataset fold
             members = tuple(c for method_runs in runs for c in method_runs)
             weights = tuple(1.0 / (len(runs) * len(method_runs)) for method_runs in runs for _ in method_runs)
+            learner = None
+            if blend.weights == "learned":
+                given = blend.learner.model_dump() if blend.learner else {}
+                learner = {**stacking.DEFAULT_LEARNER, **given}
             plans.append(EnsemblePlan(dataset, fold, "+".join(blend.members), blend.label,
                                       blend.normalize or spec.ensemble_normalize, members, weights,
-                                      tuple(blend.members)))
+                                      tuple(blend.members), learner))
     return plans
 
 
@@ -314,6 +322,36 @@ def _data_section(cell: Cell) -> dict[str, Any]:
     return cell.settings["config"]["data"] if cell.kind == "neural" else cell.settings["data"]
 
 
+def _learned_blend(plan: EnsemblePlan, members: Sequence[Mapping[str, np.ndarray]],
+                   splits: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The scores of a ``weights: learned`` blend on every split, and what was learned.
+
+    Weights fit on the whole validation split score the training and test splits; the validation
+    split itself is cross-fitted (:mod:`smoothrank.experiments.stacking`).
+    """
+    if splits.get("valid") is None:
+        raise SmoothrankError(f"{plan.ensemble_id}: a learned blend fits its weights on the validation "
+                              "split, and this dataset has none")
+    learner = dict(plan.learner or {})
+    fit_options = {"loss": learner["loss"], "options": learner["options"], "l2": learner["l2"]}
+    by_method = [[i for i, c in enumerate(plan.members) if c.method == method] for method in plan.blend_of]
+
+    def features(split: str) -> np.ndarray:
+        runs = [[members[i][split] for i in idx] for idx in by_method]
+        return stacking.blend_features(runs, splits[split].offsets, normalize=plan.normalize)
+
+    valid = splits["valid"]
+    x_valid = features("valid")
+    weights = stacking.fit_blend_weights(x_valid, valid.labels, valid.offsets, **fit_options)
+    combined = {name: features(name) @ weights for name in splits if name != "valid"}
+    combined["valid"], fold_weights = stacking.cross_fit_scores(x_valid, valid.labels, valid.offsets,
+                                                       cv=learner["cv"], **fit_options)
+    learned = {"learner": learner,
+               "learned_weights": {m: float(w) for m, w in zip(plan.blend_of, weights, strict=True)},
+               "cross_fit_weights": [[float(w) for w in row] for row in fold_weights]}
+    return combined, learned
+
+
 def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str, Mapping[str, Any]], *,
                    metrics: Sequence[str], convention: str,
                    split_cache: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
@@ -340,6 +378,8 @@ def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str
     }
     if plan.weights is not None:  # absent for seed ensembles, so their stored fingerprints stay valid
         identity["weights"] = list(plan.weights)
+    if plan.learner is not None:  # absent for equal-weight blends, likewise
+        identity["learner"] = dict(plan.learner)
     fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     folder = Path(out_dir) / ENSEMBLES_DIR / plan.ensemble_id
     path = folder / RESULT_FILE
@@ -350,9 +390,13 @@ def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str
             stored = None  # rebuilt below
         if isinstance(stored, dict) and stored.get("fingerprint") == fingerprint:
             return stored, False
-    combined = {name: combine_scores([m[name] for m in members], ds.offsets, normalize=plan.normalize,
-                                     weights=plan.weights)
-                for name, ds in splits.items()}
+    if plan.learner is None:
+        combined = {name: combine_scores([m[name] for m in members], ds.offsets, normalize=plan.normalize,
+                                         weights=plan.weights)
+                    for name, ds in splits.items()}
+        learned: dict[str, Any] = {}
+    else:
+        combined, learned = _learned_blend(plan, members, splits)
     scored = _score_splits(combined, splits, metrics=metrics, convention=convention)
     result = {"run_id": plan.ensemble_id, "dataset": plan.dataset, "fold": plan.fold, "method": plan.label,
               "kind": "ensemble", "seed": None, "fingerprint": fingerprint, "convention": convention,
@@ -361,7 +405,8 @@ def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str
                            "normalize": plan.normalize,
                            "members": [c.run_id for c in plan.members],
                            "member_fingerprints": [c.fingerprint() for c in plan.members],
-                           **({"weights": list(plan.weights)} if plan.weights is not None else {})}}
+                           **({"weights": list(plan.weights)} if plan.weights is not None else {}),
+                           **learned}}
     folder.mkdir(parents=True, exist_ok=True)
     write_scores(folder / SCORES_FILE, combined)
     write_json(path, result)  # last: the ensemble is finished iff it exists

@@ -80,9 +80,12 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
                                        "n_folds": n_folds, "n_runs": len(runs), "baseline": "",
                                        "p_value": math.nan, "t_statistic": math.nan, "n_queries": 0,
                                        "significant": 0}
-                of = (runs[0].get("ensemble") or {}).get("of")
-                if isinstance(of, list):  # a blend: the member methods
-                    row["blend_of"] = of
+                ens = runs[0].get("ensemble") or {}
+                if isinstance(ens.get("of"), list):  # a blend: the member methods
+                    row["blend_of"] = ens["of"]
+                if ens.get("learner"):  # a learned blend: its learner, its weights' mean over folds
+                    row["blend_learner"] = ens["learner"]
+                    row["blend_weights"] = _mean_weights(runs)
                 if split == "test" and base_runs:
                     test = _compare(runs, base_runs, metric)
                     row.update(baseline=baseline, p_value=test.pvalue, t_statistic=test.statistic,
@@ -198,11 +201,21 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
     if any(r.get("kind") == "ensemble" and not r.get("blend_of") for r in rows):
         lines.append("`<method>+ens<N>`: the seed ensemble of `<method>`: per fold, the mean of its N seed "
                      "runs' per-query standardised scores, evaluated as one run.")
-    blends = {r["method"]: r["blend_of"] for r in rows if r.get("blend_of")}
-    for label, members in blends.items():
-        lines.append(f"`{label}`: a blend of {', '.join(f'`{m}`' for m in members)}: per fold, the mean of "
-                     "the members' per-query standardised scores, each method weighing the same (its seed "
-                     "runs share its weight), evaluated as one run.")
+    blends = {r["method"]: r for r in rows if r.get("blend_of")}
+    for label, row in blends.items():
+        members = ", ".join(f"`{m}`" for m in row["blend_of"])
+        learner = row.get("blend_learner")
+        if learner:
+            weights = ", ".join(f"`{m}` {w:.3f}" for m, w in row["blend_weights"].items())
+            lines.append(f"`{label}`: a learned blend of {members}: per fold, the members' per-query "
+                         f"standardised seed ensembles weighted by non-negative weights fit on the "
+                         f"validation split ({learner['loss']}, l2 {learner['l2']:g}; its validation "
+                         f"scores cross-fitted over {learner['cv']} parts). Mean weights over the folds: "
+                         f"{weights}.")
+        else:
+            lines.append(f"`{label}`: a blend of {members}: per fold, the mean of the members' per-query "
+                         "standardised scores, each method weighing the same (its seed runs share its "
+                         "weight), evaluated as one run.")
     lines.append("")
     index = {(r["dataset"], r["method"], r["split"], r["metric"]): r for r in rows}
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
@@ -234,6 +247,12 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                 published = published_baselines([dataset], convention)
                 lines += _comparison_lines(rows, dataset, published, select_by)
     return "\n".join(lines)
+
+
+def _mean_weights(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """A learned blend's weights per member method, averaged over its folds."""
+    per_fold = [r["ensemble"]["learned_weights"] for r in runs]
+    return {m: float(np.mean([w[m] for w in per_fold])) for m in per_fold[0]}
 
 
 def format_csv(rows: Sequence[dict[str, Any]]) -> str:

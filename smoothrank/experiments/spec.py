@@ -28,6 +28,8 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
     ensemble_normalize: zscore      # zscore | rank | none (smoothrank.experiments.ensemble)
     blends:                         # cross-method ensembles, each method weighted equally
       - {label: blend, members: [neural_ndcg-mlp, lightgbm-lambdarank]}
+      - {label: stack, members: [neural_ndcg-mlp, lightgbm-lambdarank], weights: learned,
+         learner: {loss: list_net, l2: 0.001, cv: 5}}   # weights fit on validation (stacking)
 
 Relative file paths are relative to the spec file. Every problem is reported at once as a
 :class:`~smoothrank.errors.ConfigError` naming the spec file and the key.
@@ -114,13 +116,26 @@ class GBDTSpec(_Strict):
         return self.label or f"{self.library}-{self.objective.replace(':', '_')}"
 
 
+class LearnerSpec(_Strict):
+    """How a ``weights: learned`` blend fits its weights on validation (smoothrank.experiments.stacking)."""
+
+    loss: str = "list_net"
+    options: dict[str, Any] = {}
+    l2: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 1e-3
+    cv: Annotated[int, Field(ge=2)] = 5
+
+
 class BlendSpec(_Strict):
-    """A cross-method ensemble: per fold, the members' standardised scores averaged, each member
-    method weighing the same whatever its number of seed runs (smoothrank.experiments.ensemble)."""
+    """A cross-method ensemble: per fold, the members' standardised scores combined, each member
+    method weighing the same whatever its number of seed runs (smoothrank.experiments.ensemble),
+    or, with ``weights: learned``, with non-negative weights fit on the fold's validation split
+    (smoothrank.experiments.stacking)."""
 
     label: Annotated[str, Field(pattern=_LABEL)]
     members: Annotated[list[str], Field(min_length=2)]
     normalize: Literal["zscore", "rank", "none"] | None = None  # None: the spec's ensemble_normalize
+    weights: Literal["equal", "learned"] = "equal"
+    learner: LearnerSpec | None = None  # only with weights: learned; None: the defaults
 
 
 class ExperimentSpec(_Strict):
@@ -385,6 +400,19 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         twice = sorted({m for m in blend.members if blend.members.count(m) > 1})
         if twice:
             problems.append(f"blends.{i}.members: {twice} listed twice")
+        if blend.learner is not None and blend.weights != "learned":
+            problems.append(f"blends.{i}.learner: only with weights: learned")
+        if blend.learner is not None:
+            from smoothrank import losses
+
+            try:
+                losses.get(blend.learner.loss, **blend.learner.options)
+            except ConfigError as err:
+                problems.append(f"blends.{i}.learner: {err}")
+    if any(b.weights == "learned" for b in spec.blends) and \
+            any(d.mq2008_folds is None and d.valid is None for d in spec.datasets):
+        problems.append("blends: a learned blend fits its weights on the validation split; every dataset "
+                        "needs one (valid:)")
     labels = methods + spec.ensemble_labels() + spec.blend_labels()
     for label in sorted({x for x in labels if labels.count(x) > 1}):
         problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")

@@ -118,7 +118,9 @@ def mean_metrics(per_query: dict[str, Tensor]) -> dict[str, float]:
 def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor, Tensor]:
     """Lay flat per-document ``values`` out as (n_queries, max_list) rows with a mask.
 
-    Query q's documents are ``values[offsets[q]:offsets[q+1]]``, in that order.
+    Query q's documents are ``values[offsets[q]:offsets[q+1]]``, in that order. Values of shape
+    (n_docs, *rest) (e.g. a feature matrix) give (n_queries, max_list, *rest); the mask is always
+    (n_queries, max_list).
     """
     offs = np.asarray(offsets, dtype=np.int64)
     vals = torch.as_tensor(np.asarray(values))
@@ -129,7 +131,7 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
     n_q, width = sizes.shape[0], int(sizes.max()) if sizes.size else 0
     query = np.repeat(np.arange(n_q), sizes)
     pos = np.arange(vals.shape[0]) - offs[:-1][query]
-    out = torch.full((n_q, max(width, 1)), fill, dtype=vals.dtype)
+    out = torch.full((n_q, max(width, 1), *vals.shape[1:]), fill, dtype=vals.dtype)
     mask = torch.zeros((n_q, max(width, 1)), dtype=torch.bool)
     out[query, pos] = vals
     mask[query, pos] = True
