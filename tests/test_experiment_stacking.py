@@ -116,6 +116,18 @@ def test_cross_fitting_never_sees_the_scored_queries():
     assert cross_fit_scores(x[:off[3]], y[:off[3]], off[:4], cv=10)[1].shape == (3, 3)
 
 
+def test_blend_features_per_normalization():
+    off = np.array([0, 3, 5])
+    a, b = np.array([3.0, 1.0, 2.0, 5.0, 5.0]), np.array([30.0, 20.0, 10.0, 1.0, 2.0])
+    z = blend_features([[a, b]], off)[:, 0]  # one method, two seed runs: its seed ensemble, z-scored
+    assert z == pytest.approx(zscore_loop(zscore_loop(a, off) + zscore_loop(b, off), off))
+    r = blend_features([[a], [b]], off, normalize="rank")
+    assert r[:, 0].tolist() == [1.0, 0.0, 0.5, 0.5, 0.5] and r[:, 1].tolist() == [1.0, 0.5, 0.0, 0.0, 1.0]
+    assert blend_features([[a], [b]], off, normalize="none") == pytest.approx(np.stack([a, b], axis=1))
+    with pytest.raises(SmoothrankError, match=r"member method 1: .*non-finite"):
+        blend_features([[a], [np.r_[b[:4], np.inf]]], off)
+
+
 @pytest.mark.parametrize(("call", "fragment"), [
     (lambda x, y, o: fit_blend_weights(x[:, 0], y, o), "features: expected shape (n_docs, n_members)"),
     (lambda x, y, o: fit_blend_weights(x, y[:-1], o), "labels: expected shape"),
