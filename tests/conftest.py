@@ -64,3 +64,32 @@ def zscore_loop(s: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         if part.std() > 0:
             out[offsets[q]:offsets[q + 1]] = (part - part.mean()) / part.std()
     return out
+
+
+def two_method_spec(root: Path, **extra: object) -> dict:
+    """A tiny experiment spec on :func:`write_synthetic_folds` files under ``root``: a linear NeuralNDCG
+    scorer and LightGBM lambdarank, two seeds each, a few seconds in all; ``extra`` keys override."""
+    return {
+        "name": "tiny",
+        "convention": "letor4",
+        "seeds": [0, 1],
+        "datasets": [{"name": "syn", "train": str(root / "train.txt"), "valid": str(root / "vali.txt"),
+                      "test": str(root / "test.txt")}],
+        "neural": {"training": {"epochs": 2, "batch_size": 8, "list_size": 8}},
+        "losses": ["neural_ndcg"],
+        "models": [{"label": "linear", "kind": "linear"}],
+        "gbdt": [{"library": "lightgbm", "objective": "lambdarank", "num_boost_round": 5,
+                  "early_stopping_rounds": 3, "params": {"min_data_in_leaf": 3}}],
+        **extra,
+    }
+
+
+def assert_spec_problems(data: dict, fragments: list[str], *, source: str = "spec") -> None:
+    """``data`` is refused as an experiment spec, and the error names every one of ``fragments``."""
+    from smoothrank.errors import ConfigError
+    from smoothrank.experiments import spec_from_dict
+
+    with pytest.raises(ConfigError, match="problem") as info:
+        spec_from_dict(data, source=source)
+    for fragment in fragments:
+        assert fragment in str(info.value), fragment

@@ -37,7 +37,7 @@ import numpy as np
 from smoothrank._atomic import atomic_writer
 from smoothrank.errors import SmoothrankError
 from smoothrank.experiments import stacking
-from smoothrank.experiments.spec import Cell, ExperimentSpec
+from smoothrank.experiments.spec import Cell, ExperimentSpec, LearnerSpec
 
 __all__ = ["ENSEMBLES_DIR", "NORMALIZATIONS", "SCORES_FILE", "EnsemblePlan", "build_ensemble",
            "combine_scores", "ensemble_label", "member_scores", "normalize_scores", "plan_ensembles",
@@ -235,10 +235,7 @@ def plan_ensembles(spec: ExperimentSpec, cells: Sequence[Cell]) -> list[Ensemble
                 continue  # a member method absent from this dataset fold
             members = tuple(c for method_runs in runs for c in method_runs)
             weights = tuple(1.0 / (len(runs) * len(method_runs)) for method_runs in runs for _ in method_runs)
-            learner = None
-            if blend.weights == "learned":
-                given = blend.learner.model_dump() if blend.learner else {}
-                learner = {**stacking.DEFAULT_LEARNER, **given}
+            learner = (blend.learner or LearnerSpec()).model_dump() if blend.weights == "learned" else None
             plans.append(EnsemblePlan(dataset, fold, "+".join(blend.members), blend.label,
                                       blend.normalize or spec.ensemble_normalize, members, weights,
                                       tuple(blend.members), learner))
@@ -332,7 +329,7 @@ def _learned_blend(plan: EnsemblePlan, members: Sequence[Mapping[str, np.ndarray
     if splits.get("valid") is None:
         raise SmoothrankError(f"{plan.ensemble_id}: a learned blend fits its weights on the validation "
                               "split, and this dataset has none")
-    learner = dict(plan.learner or {})
+    learner = plan.learner or {}
     fit_options = {"loss": learner["loss"], "options": learner["options"], "l2": learner["l2"]}
     by_method = [[i for i, c in enumerate(plan.members) if c.method == method] for method in plan.blend_of]
 
@@ -346,7 +343,7 @@ def _learned_blend(plan: EnsemblePlan, members: Sequence[Mapping[str, np.ndarray
     combined = {name: features(name) @ weights for name in splits if name != "valid"}
     combined["valid"], fold_weights = stacking.cross_fit_scores(x_valid, valid.labels, valid.offsets,
                                                        cv=learner["cv"], **fit_options)
-    learned = {"learner": learner,
+    learned = {"learner": dict(learner),
                "learned_weights": {m: float(w) for m, w in zip(plan.blend_of, weights, strict=True)},
                "cross_fit_weights": [[float(w) for w in row] for row in fold_weights]}
     return combined, learned

@@ -26,10 +26,10 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
       - {library: lightgbm, objective: lambdarank, num_boost_round: 500}
     ensemble: false                 # true: also <method>+ens<N>, the seed ensembles (N = len(seeds) >= 2)
     ensemble_normalize: zscore      # zscore | rank | none (smoothrank.experiments.ensemble)
-    blends:                         # cross-method ensembles, each method weighted equally
+    blends:                         # cross-method ensembles, each method weighted equally ...
       - {label: blend, members: [neural_ndcg-mlp, lightgbm-lambdarank]}
       - {label: stack, members: [neural_ndcg-mlp, lightgbm-lambdarank], weights: learned,
-         learner: {loss: list_net, l2: 0.001, cv: 5}}   # weights fit on validation (stacking)
+         learner: {loss: list_net, l2: 0.001, cv: 5}}   # ... or fit on validation (stacking)
 
 Relative file paths are relative to the spec file. Every problem is reported at once as a
 :class:`~smoothrank.errors.ConfigError` naming the spec file and the key.
@@ -400,13 +400,11 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         twice = sorted({m for m in blend.members if blend.members.count(m) > 1})
         if twice:
             problems.append(f"blends.{i}.members: {twice} listed twice")
-        if blend.learner is not None and blend.weights != "learned":
-            problems.append(f"blends.{i}.learner: only with weights: learned")
         if blend.learner is not None:
-            from smoothrank import losses
-
+            if blend.weights != "learned":
+                problems.append(f"blends.{i}.learner: only with weights: learned")
             try:
-                losses.get(blend.learner.loss, **blend.learner.options)
+                loss_registry.get(blend.learner.loss, **blend.learner.options)
             except ConfigError as err:
                 problems.append(f"blends.{i}.learner: {err}")
     if any(b.weights == "learned" for b in spec.blends) and \

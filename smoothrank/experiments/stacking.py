@@ -39,10 +39,7 @@ import numpy as np
 
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["DEFAULT_LEARNER", "blend_features", "cross_fit_scores", "fit_blend_weights"]
-
-# The learner settings of a ``weights: learned`` blend when the spec gives none.
-DEFAULT_LEARNER: dict[str, Any] = {"loss": "list_net", "options": {}, "l2": 1e-3, "cv": 5}
+__all__ = ["blend_features", "cross_fit_scores", "fit_blend_weights"]
 
 
 def blend_features(method_runs: Sequence[Sequence[Any]], offsets: Any, *,
@@ -78,13 +75,6 @@ def _check(features: Any, labels: Any, offsets: Any) -> tuple[np.ndarray, np.nda
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise SmoothrankError("features/labels: non-finite values")
     return x, y, _check_offsets(offsets, x.shape[0])
-
-
-def _subset(x: np.ndarray, y: np.ndarray, off: np.ndarray, queries: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rows = np.concatenate([np.arange(off[q], off[q + 1]) for q in queries] or [np.zeros(0, np.int64)])
-    sizes = np.diff(off)[queries]
-    return x[rows], y[rows], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def fit_blend_weights(features: Any, labels: Any, offsets: Any, *, loss: str = "list_net",
@@ -154,6 +144,8 @@ def cross_fit_scores(features: Any, labels: Any, offsets: Any, *, cv: int = 5, l
     part p's documents use :func:`fit_blend_weights` on every other part. Returns
     ``(scores, weights)``: float64 arrays of shapes (n_docs,) and (cv, M).
     """
+    from smoothrank.experiments.ensemble import _query_index
+
     x, y, off = _check(features, labels, offsets)
     n_queries = off.size - 1
     if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
@@ -162,11 +154,14 @@ def cross_fit_scores(features: Any, labels: Any, offsets: Any, *, cv: int = 5, l
         raise SmoothrankError(f"cross-fitting needs at least 2 queries, got {n_queries}")
     parts = min(int(cv), n_queries)
     part_of = np.arange(n_queries) % parts
+    sizes = np.diff(off)
+    row_part = part_of[_query_index(off)]
     scores = np.empty(x.shape[0])
     weights = np.empty((parts, x.shape[1]))
     for p in range(parts):
-        fit_on = np.flatnonzero(part_of != p)
-        weights[p] = fit_blend_weights(*_subset(x, y, off, fit_on), loss=loss, options=options, l2=l2)
-        for q in np.flatnonzero(part_of == p):
-            scores[off[q]:off[q + 1]] = x[off[q]:off[q + 1]] @ weights[p]
+        fit_rows = row_part != p
+        fit_offsets = np.concatenate([[0], np.cumsum(sizes[part_of != p])]).astype(np.int64)
+        weights[p] = fit_blend_weights(x[fit_rows], y[fit_rows], fit_offsets, loss=loss, options=options,
+                                       l2=l2)
+        scores[~fit_rows] = x[~fit_rows] @ weights[p]
     return scores, weights
