@@ -1,20 +1,22 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# The shared specification and data folder: beside the checkout, or where SMOOTHRANK_SHARED says.
+SHARED = Path(os.environ.get("SMOOTHRANK_SHARED") or REPO.parent / "shared")
 
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The shared specification and data folder beside the checkout (tests may read it)."""
     if not (SHARED / "data").is_dir():
-        pytest.fail(f"the shared data folder is missing: {SHARED}")
+        pytest.fail(f"the shared data folder is missing: {SHARED} (set SMOOTHRANK_SHARED to its path)")
     return SHARED
 
 
