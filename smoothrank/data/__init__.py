@@ -4,7 +4,7 @@ See ``docs/data.md`` for the file formats, the reader's policies and the batch l
 """
 
 from smoothrank.data.batching import Batch, evaluation_batches, training_batches
-from smoothrank.data.dataset import Dataset
+from smoothrank.data.dataset import Dataset, concat_datasets
 from smoothrank.data.letor import load_letor, parse_letor
 from smoothrank.data.predictions import read_predictions
 from smoothrank.data.writers import write_letor, write_predictions, write_qrels, write_trec_run
@@ -12,6 +12,7 @@ from smoothrank.data.writers import write_letor, write_predictions, write_qrels,
 __all__ = [
     "Batch",
     "Dataset",
+    "concat_datasets",
     "evaluation_batches",
     "load_letor",
     "parse_letor",

@@ -159,6 +159,28 @@ class Dataset:
                 f"n_features={self.n_features})")
 
 
+def concat_datasets(datasets: Sequence[Dataset], *, source: str | None = None) -> Dataset:
+    """The queries of ``datasets`` one after another (e.g. training plus validation for a refit).
+
+    Every part must have the same number of features. Rows keep their source line numbers, so
+    ``source`` (default: the parts' sources joined by ``" + "``) names several files.
+    """
+    parts = list(datasets)
+    if not parts:
+        raise SmoothrankError("concat_datasets: no datasets")
+    widths = {d.n_features for d in parts}
+    if len(widths) > 1:
+        raise SmoothrankError("concat_datasets: the datasets have different numbers of features: "
+                              + ", ".join(f"{d.source} {d.n_features}" for d in parts))
+    starts = np.cumsum([0] + [d.n_docs for d in parts[:-1]])
+    shifted = [d.offsets[1:] + start for d, start in zip(parts, starts, strict=True)]
+    offsets = np.concatenate([parts[0].offsets[:1], *shifted])
+    return Dataset(np.concatenate([d.features for d in parts]), np.concatenate([d.labels for d in parts]),
+                   np.concatenate([d.qids for d in parts]), np.concatenate([d.doc_ids for d in parts]),
+                   offsets.astype(np.int64), np.concatenate([d.line_numbers for d in parts]),
+                   source if source is not None else " + ".join(d.source for d in parts))
+
+
 def _validate(ds: Dataset) -> None:
     """Check the invariants that every consumer relies on; raise SmoothrankError otherwise."""
     f, y, o = ds.features, ds.labels, ds.offsets

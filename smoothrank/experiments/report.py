@@ -184,8 +184,10 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
 
 def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], title: str, convention: str,
                     baseline: str | None, alpha: float, command: str | None = None,
-                    select_by: str | None = None) -> str:
+                    select_by: str | None = None, refit: bool = False) -> str:
     """Markdown tables: per dataset, test and training metrics (mean ± std over folds).
+
+    ``refit``: the runs were refit on training + validation after selection (say so above the tables).
 
     Where published LETOR 4.0 rows apply and ``select_by`` is given, a last table compares each
     method with them (:func:`published_comparison`).
@@ -195,6 +197,11 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
         lines += [f"Command: `{command}`", ""]
     lines.append(f"Convention `{convention}`; mean ± sample std over folds; model selection on the "
                  "validation split only.")
+    if refit:
+        lines.append("Refit: after selection, every run was retrained on the training and validation queries "
+                     "together for its selected number of epochs (boosting rounds); the test and training "
+                     "rows are those refit models', the validation rows the selected models' "
+                     "(out of sample).")
     if baseline:
         lines.append(f"▲/▼: significantly better/worse than `{baseline}` (paired t-test over test queries, "
                      f"two-sided, p < {alpha:g}).")
@@ -277,8 +284,10 @@ def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, met
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = summarize(results, metrics=metrics, baseline=baseline, alpha=alpha)
+    refit = any("refit" in r for r in results)
     markdown = format_markdown(rows, metrics=metrics, title=title, convention=convention,
-                               baseline=baseline, alpha=alpha, command=command, select_by=select_by)
+                               baseline=baseline, alpha=alpha, command=command, select_by=select_by,
+                               refit=refit)
     write_text_atomic(out / "summary.md", markdown)
     write_text_atomic(out / "summary.csv", format_csv(rows))
     write_json(out / "summary.json", {"title": title, "convention": convention, "baseline": baseline,

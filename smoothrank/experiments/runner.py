@@ -17,6 +17,14 @@ trainer's best epoch by ``select_by``; the booster's early-stopping iteration), 
 selected model once on the training, validation and test splits under the spec's convention.
 The per-query test values are kept for the paired t-test.
 
+With ``refit: true`` in the spec, a run then trains a second model from scratch (same seed and
+settings) on the training and validation queries together, for the selected number of epochs or
+boosting rounds, without selection. Its scores are the run's training and test scores; the
+validation scores (and metrics) stay those of the selected model, which never saw those queries,
+so configurations, epochs and learned blend weights are still chosen out of sample.
+``result.json`` keeps the selected model's own test and training metrics under
+``refit.without_refit``. The refit trainer's files are in ``OUT/runs/<run id>/refit/``.
+
 Resuming: a cell whose ``result.json`` exists with the same fingerprint is skipped; one with a
 different fingerprint (the spec changed) is an error, so stale results are never mixed in. A
 neural run interrupted mid-training continues from the trainer's last checkpoint.
@@ -24,6 +32,7 @@ neural run interrupted mid-training continues from the trainer's last checkpoint
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import multiprocessing
@@ -127,9 +136,38 @@ def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       num_threads=s["num_threads"], select=select,
                       select_name=f"{s['convention']}_{s['select_by']}")
     scores = {name: fitted.predict(ds) for name, ds in splits.items()}
+    selection = {"best_iteration": fitted.best_iteration, "rounds_run": fitted.rounds_run,
+                 "history": fitted.history}
+    if s.get("refit"):
+        merged = _refit_training_set(splits)
+        refitted = fit_gbdt(merged, None, library=g["library"], objective=g["objective"], params=g["params"],
+                            num_boost_round=fitted.best_iteration, early_stopping_rounds=None,
+                            eval_at=g["eval_at"], seed=cell.seed, num_threads=s["num_threads"])
+        refit = {"rounds": fitted.best_iteration, "train_queries": merged.n_queries}
+        return _with_refit(scores, {n: refitted.predict(splits[n]) for n in ("train", "test")}, splits,
+                           selection, refit, metrics=s["metrics"], convention=s["convention"])
     scored = _score_splits(scores, splits, metrics=s["metrics"], convention=s["convention"])
-    return {**scored, "selection": {"best_iteration": fitted.best_iteration, "rounds_run": fitted.rounds_run,
-                                    "history": fitted.history}}, scores
+    return {**scored, "selection": selection}, scores
+
+
+def _refit_training_set(splits: dict[str, Any]) -> Any:
+    from smoothrank.data import concat_datasets
+
+    if splits.get("valid") is None:  # the spec check refuses this; a direct caller gets it here
+        raise ConfigError("refit: the dataset has no validation split to refit on")
+    return concat_datasets([splits["train"], splits["valid"]])
+
+
+def _with_refit(selected: dict[str, np.ndarray], refitted: dict[str, np.ndarray], splits: dict[str, Any],
+                selection: dict[str, Any], refit: dict[str, Any], *, metrics: Sequence[str],
+                convention: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The result body and scores of a refit run: training and test scores from the refit model,
+    validation scores from the selected model (out of sample), and the selected model's own
+    training and test metrics under ``refit.without_refit``."""
+    scores = {**selected, **refitted}
+    scored = _score_splits(scores, splits, metrics=metrics, convention=convention)
+    before = _score_splits({n: selected[n] for n in refitted}, splits, metrics=metrics, convention=convention)
+    return {**scored, "selection": selection, "refit": {**refit, "without_refit": before["metrics"]}}, scores
 
 
 def resolve_loss_options(options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -166,10 +204,22 @@ def _run_neural(cell: Cell, run_dir: Path, *,
     result = train(config, run_dir=train_dir, resume=resume, quiet=quiet, splits=fit_splits, loss_fn=loss_fn)
     model = load_model(train_dir / "model.pt")  # the selected model with its fitted transforms
     scores = {name: model.score(ds) for name, ds in splits.items()}
-    scored = _score_splits(scores, splits, metrics=cell.settings["metrics"],
-                           convention=cell.settings["convention"])
-    return {**scored, "selection": {"best_epoch": result.best_epoch, "epochs_run": len(result.history),
-                                    "resumed": resume}}, scores
+    selection = {"best_epoch": result.best_epoch, "epochs_run": len(result.history), "resumed": resume}
+    metrics, convention = cell.settings["metrics"], cell.settings["convention"]
+    if cell.settings.get("refit"):
+        merged = _refit_training_set(splits)
+        refit_dict = copy.deepcopy(cell.settings["config"])
+        refit_dict["training"]["epochs"] = result.best_epoch
+        refit_config = config_from_dict(refit_dict, source=f"refit of run {cell.run_id}")
+        refit_dir = run_dir / "refit"
+        train(refit_config, run_dir=refit_dir, resume=(refit_dir / "checkpoint.pt").is_file(), quiet=quiet,
+              splits={"train": merged}, loss_fn=loss_fn)
+        refitted = load_model(refit_dir / "model.pt")  # no validation split: the last epoch
+        refit = {"epochs": result.best_epoch, "train_queries": merged.n_queries}
+        return _with_refit(scores, {n: refitted.score(splits[n]) for n in ("train", "test")}, splits,
+                           selection, refit, metrics=metrics, convention=convention)
+    scored = _score_splits(scores, splits, metrics=metrics, convention=convention)
+    return {**scored, "selection": selection}, scores
 
 
 def run_cell(cell: Cell, out_dir: str | Path) -> dict[str, Any]:

@@ -26,6 +26,7 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
       - {library: lightgbm, objective: lambdarank, num_boost_round: 500}
     ensemble: false                 # true: also <method>+ens<N>, the seed ensembles (N = len(seeds) >= 2)
     ensemble_normalize: zscore      # zscore | rank | none (smoothrank.experiments.ensemble)
+    refit: false                    # true: after selection, retrain on train + valid (runner docs)
     blends:                         # cross-method ensembles, each method weighted equally ...
       - {label: blend, members: [neural_ndcg-mlp, lightgbm-lambdarank]}
       - {label: stack, members: [neural_ndcg-mlp, lightgbm-lambdarank], weights: learned,
@@ -157,6 +158,9 @@ class ExperimentSpec(_Strict):
     ensemble: bool = False
     ensemble_normalize: str = "zscore"
     blends: list[BlendSpec] = []
+    # After selection on validation, retrain each run on training + validation for the selected
+    # number of epochs / boosting rounds and score the test split with that model (runner docs).
+    refit: bool = False
     # Set by load_spec: the folder relative paths are resolved against (not part of the YAML).
     base_dir: str = "."
 
@@ -279,6 +283,11 @@ def neural_config_dict(spec: ExperimentSpec, loss: LossSpec, model: ModelSpec, d
     return config
 
 
+def _refit_setting(spec: ExperimentSpec) -> dict[str, Any]:
+    # Only present when on, so that the cells (and fingerprints) of specs without it are unchanged.
+    return {"refit": True} if spec.refit else {}
+
+
 def expand(spec: ExperimentSpec) -> list[Cell]:
     """Every cell of the grid, datasets outermost, seeds innermost."""
     cells: list[Cell] = []
@@ -289,7 +298,8 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
             for loss, model in spec.neural_pairs():
                 for seed in spec.seeds:
                     settings = {"config": neural_config_dict(spec, loss, model, ds, fold, seed),
-                                "convention": spec.convention, "metrics": list(spec.metrics)}
+                                "convention": spec.convention, "metrics": list(spec.metrics),
+                                **_refit_setting(spec)}
                     cells.append(Cell(dataset=ds.name, fold=fold, method=f"{loss.tag}-{model.label}",
                                       kind="neural", seed=seed, settings=settings))
             for gb in spec.gbdt:
@@ -297,7 +307,8 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
                     settings = {"data": _data_section(ds, fold, base),
                                 "gbdt": gb.model_dump(mode="json", exclude={"label"}),
                                 "num_threads": spec.num_threads, "convention": spec.convention,
-                                "metrics": list(spec.metrics), "select_by": spec.select_by}
+                                "metrics": list(spec.metrics), "select_by": spec.select_by,
+                                **_refit_setting(spec)}
                     cells.append(Cell(dataset=ds.name, fold=fold, method=gb.tag, kind="gbdt", seed=seed,
                                       settings=settings))
     return cells
@@ -312,6 +323,21 @@ def _pydantic_problems(err: ValidationError) -> list[str]:
                                                                                            item["msg"])
         lines.append(f"{loc}: {message}")
     return lines
+
+
+def _refit_problems(spec: ExperimentSpec) -> list[str]:
+    """A refit trains on the validation split, so it must exist and must not be the test split."""
+    base = Path(spec.base_dir)
+    problems = []
+    for i, ds in enumerate(spec.datasets):
+        if ds.mq2008_folds is not None:
+            continue
+        if ds.valid is None:
+            problems.append(f"refit: datasets.{i} ({ds.name}) has no validation split (valid:) to refit on")
+        elif ds.test is not None and (base / ds.valid).resolve() == (base / ds.test).resolve():
+            problems.append(f"refit: datasets.{i} ({ds.name}) uses its test file as the validation split; "
+                            "a refit would train on the test queries")
+    return problems
 
 
 def _semantic_problems(spec: ExperimentSpec) -> list[str]:
@@ -411,6 +437,8 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             any(d.mq2008_folds is None and d.valid is None for d in spec.datasets):
         problems.append("blends: a learned blend fits its weights on the validation split; every dataset "
                         "needs one (valid:)")
+    if spec.refit:
+        problems += _refit_problems(spec)
     labels = methods + spec.ensemble_labels() + spec.blend_labels()
     for label in sorted({x for x in labels if labels.count(x) > 1}):
         problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")
