@@ -13,9 +13,9 @@ from scipy.optimize import minimize_scalar
 
 from smoothrank.cli import main as cli_main
 from smoothrank.errors import ConfigError, SmoothrankError
-from smoothrank.experiments import fit_blend_weights, run_experiment, spec_from_dict
+from smoothrank.experiments import fit_blend, fit_blend_weights, run_experiment, spec_from_dict
 from smoothrank.experiments.ensemble import read_scores
-from smoothrank.experiments.stacking import blend_features, cross_fit_scores
+from smoothrank.experiments.stacking import blend_features, cross_fit_blend, cross_fit_scores
 from smoothrank.metrics import evaluate_flat, mean_metrics
 
 
@@ -116,6 +116,42 @@ def test_cross_fitting_never_sees_the_scored_queries():
     assert cross_fit_scores(x[:off[3]], y[:off[3]], off[:4], cv=10)[1].shape == (3, 3)
 
 
+def test_fit_reports_convergence():
+    rng = np.random.default_rng(8)
+    x, y, off = _queries(rng, 40, 4, signal=np.array([1.0, 0.6, 0.3, 0.0]))
+    fit = fit_blend(x, y, off)
+    assert fit.converged and not fit.fallback and 1 <= fit.iterations < 500
+    assert np.array_equal(fit.weights, fit_blend_weights(x, y, off))
+    # Stopped after one iteration: not converged, and SciPy's reason is kept.
+    short = fit_blend(x, y, off, max_iter=1)
+    assert not short.converged and short.iterations == 1 and "ITERATIONS" in short.message.upper()
+    assert short.summary() == {"converged": False, "iterations": 1, "message": short.message,
+                               "fallback": False}
+    nothing = fit_blend(x, np.zeros_like(y), off)  # no relevant document: the equal weights
+    assert nothing.fallback and nothing.weights == pytest.approx(np.full(4, 0.25))
+    _, fits = cross_fit_blend(x, y, off, cv=3)
+    assert len(fits) == 3 and all(f.converged for f in fits)
+
+
+def test_summary_flags_a_fit_that_did_not_converge():
+    from smoothrank.experiments.report import format_markdown
+
+    learner = {"loss": "list_net", "l2": 1e-3, "cv": 5}
+    row = {"dataset": "d", "method": "stack", "kind": "ensemble", "split": "test", "metric": "ndcg@1",
+           "mean": 0.5, "std": 0.0, "n_folds": 1, "significant": 0, "blend_of": ["a", "b"],
+           "blend_learner": learner, "blend_weights": {"a": 0.5, "b": 0.5},
+           "blend_fits": [{"converged": True}, {"converged": False, "message": "STOP: ITERATIONS"}]}
+
+    def markdown() -> str:
+        return format_markdown([row], metrics=["ndcg@1"], title="t", convention="letor4", baseline=None,
+                               alpha=0.05)
+
+    assert "**1 of its 2 weight fits did not converge** (L-BFGS-B: STOP: ITERATIONS)" in markdown()
+    row["blend_fits"] = [{"converged": True}]
+    text = markdown()
+    assert "did not converge" not in text
+
+
 def test_blend_features_per_normalization():
     off = np.array([0, 3, 5])
     a, b = np.array([3.0, 1.0, 2.0, 5.0, 5.0]), np.array([30.0, 20.0, 10.0, 1.0, 2.0])
@@ -133,6 +169,7 @@ def test_blend_features_per_normalization():
     (lambda x, y, o: fit_blend_weights(x, y[:-1], o), "labels: expected shape"),
     (lambda x, y, o: fit_blend_weights(x, y, o[:-1]), "offsets"),
     (lambda x, y, o: fit_blend_weights(x, y, o, l2=-1.0), "l2: expected a finite number >= 0"),
+    (lambda x, y, o: fit_blend(x, y, o, max_iter=0), "max_iter: expected an integer >= 1"),
     (lambda x, y, o: fit_blend_weights(np.where(x > 1, np.nan, x), y, o), "non-finite"),
     (lambda x, y, o: cross_fit_scores(x, y, o, cv=1), "cv: expected an integer >= 2"),
     (lambda x, y, o: fit_blend_weights(x, y, o, loss="nope"), "unknown loss 'nope'"),
@@ -197,6 +234,7 @@ def test_end_to_end_learned_blend(letor_files, tmp_path, capsys):
     assert list(learned) == _MEMBERS and sum(learned.values()) == pytest.approx(1.0)
     assert result["ensemble"]["learner"] == {"loss": "list_net", "options": {}, "l2": 1e-3, "cv": 3}
     assert np.array(result["ensemble"]["cross_fit_weights"]).shape == (3, 2)
+    assert result["ensemble"]["fit"]["converged"] and len(result["ensemble"]["cross_fits"]) == 3
 
     # Independent recomputation from the member runs' stored scores.
     def features(split: str, ds) -> np.ndarray:

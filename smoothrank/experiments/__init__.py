@@ -5,7 +5,7 @@
 * :mod:`~smoothrank.experiments.gbdt`: LightGBM / XGBoost rankers on :class:`smoothrank.data.Dataset`.
 * :mod:`~smoothrank.experiments.stats`: :func:`paired_ttest`, :func:`mean_std`.
 * :mod:`~smoothrank.experiments.ensemble`: seed ensembles and blends, :func:`combine_scores`.
-* :mod:`~smoothrank.experiments.stacking`: learned blends, :func:`fit_blend_weights`.
+* :mod:`~smoothrank.experiments.stacking`: learned blends, :func:`fit_blend` / :func:`fit_blend_weights`.
 * :mod:`~smoothrank.experiments.report`: :func:`write_reports` (Markdown, CSV, JSON).
 
 See ``docs/EXPERIMENTS.md``.
@@ -15,16 +15,18 @@ from smoothrank.experiments.ensemble import combine_scores
 from smoothrank.experiments.report import summarize, write_reports
 from smoothrank.experiments.runner import ExperimentOutcome, load_results, run_cell, run_experiment
 from smoothrank.experiments.spec import Cell, ExperimentSpec, expand, load_spec, spec_from_dict
-from smoothrank.experiments.stacking import fit_blend_weights
+from smoothrank.experiments.stacking import BlendFit, fit_blend, fit_blend_weights
 from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
 
 __all__ = [
+    "BlendFit",
     "Cell",
     "ExperimentOutcome",
     "ExperimentSpec",
     "TTest",
     "combine_scores",
     "expand",
+    "fit_blend",
     "fit_blend_weights",
     "load_results",
     "load_spec",

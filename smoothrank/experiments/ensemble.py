@@ -339,13 +339,14 @@ def _learned_blend(plan: EnsemblePlan, members: Sequence[Mapping[str, np.ndarray
 
     valid = splits["valid"]
     x_valid = features("valid")
-    weights = stacking.fit_blend_weights(x_valid, valid.labels, valid.offsets, **fit_options)
-    combined = {name: features(name) @ weights for name in splits if name != "valid"}
-    combined["valid"], fold_weights = stacking.cross_fit_scores(x_valid, valid.labels, valid.offsets,
-                                                       cv=learner["cv"], **fit_options)
+    fit = stacking.fit_blend(x_valid, valid.labels, valid.offsets, **fit_options)
+    combined = {name: features(name) @ fit.weights for name in splits if name != "valid"}
+    combined["valid"], part_fits = stacking.cross_fit_blend(x_valid, valid.labels, valid.offsets,
+                                                            cv=learner["cv"], **fit_options)
     learned = {"learner": dict(learner),
-               "learned_weights": {m: float(w) for m, w in zip(plan.blend_of, weights, strict=True)},
-               "cross_fit_weights": [[float(w) for w in row] for row in fold_weights]}
+               "learned_weights": {m: float(w) for m, w in zip(plan.blend_of, fit.weights, strict=True)},
+               "cross_fit_weights": [[float(w) for w in f.weights] for f in part_fits],
+               "fit": fit.summary(), "cross_fits": [f.summary() for f in part_fits]}
     return combined, learned
 
 

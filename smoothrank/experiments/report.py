@@ -86,6 +86,7 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
                 if ens.get("learner"):  # a learned blend: its learner, its weights' mean over folds
                     row["blend_learner"] = ens["learner"]
                     row["blend_weights"] = _mean_weights(runs)
+                    row["blend_fits"] = _fit_summaries(runs)
                 if split == "test" and base_runs:
                     test = _compare(runs, base_runs, metric)
                     row.update(baseline=baseline, p_value=test.pvalue, t_statistic=test.statistic,
@@ -218,7 +219,7 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                          f"standardised seed ensembles weighted by non-negative weights fit on the "
                          f"validation split ({learner['loss']}, l2 {learner['l2']:g}; its validation "
                          f"scores cross-fitted over {learner['cv']} parts). Mean weights over the folds: "
-                         f"{weights}.")
+                         f"{weights}.{_convergence_note(row.get('blend_fits', []))}")
         else:
             lines.append(f"`{label}`: a blend of {members}: per fold, the mean of the members' per-query "
                          "standardised scores, each method weighing the same (its seed runs share its "
@@ -254,6 +255,25 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                 published = published_baselines([dataset], convention)
                 lines += _comparison_lines(rows, dataset, published, select_by)
     return "\n".join(lines)
+
+
+def _convergence_note(fits: Sequence[dict[str, Any]]) -> str:
+    """A warning when some L-BFGS-B fit of a learned blend did not converge (none: empty)."""
+    failed = [f for f in fits if not f.get("converged", True)]
+    if not failed:
+        return ""
+    return (f" **{len(failed)} of its {len(fits)} weight fits did not converge** "
+            f"(L-BFGS-B: {failed[0].get('message', '?')}).")
+
+
+def _fit_summaries(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every L-BFGS-B fit of a learned blend's folds (the full fit and the cross-fits); results
+    written before convergence was recorded give none."""
+    out: list[dict[str, Any]] = []
+    for r in runs:
+        ens = r["ensemble"]
+        out += ([ens["fit"]] if "fit" in ens else []) + list(ens.get("cross_fits", []))
+    return out
 
 
 def _mean_weights(runs: Sequence[dict[str, Any]]) -> dict[str, float]:

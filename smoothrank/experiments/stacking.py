@@ -33,13 +33,36 @@ validation queries.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["blend_features", "cross_fit_scores", "fit_blend_weights"]
+__all__ = ["BlendFit", "blend_features", "cross_fit_blend", "cross_fit_scores", "fit_blend",
+           "fit_blend_weights"]
+
+
+@dataclass(frozen=True)
+class BlendFit:
+    """What :func:`fit_blend` returns: the weights and how L-BFGS-B ended.
+
+    ``converged`` is SciPy's ``success`` (False e.g. when ``max_iter`` was reached); ``message``
+    is its reason; ``iterations`` its iteration count. ``fallback`` is True when the optimum was
+    w = 0 and the equal weights were returned instead.
+    """
+
+    weights: np.ndarray
+    converged: bool
+    iterations: int
+    message: str
+    fallback: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready: everything but the weights."""
+        return {"converged": self.converged, "iterations": self.iterations, "message": self.message,
+                "fallback": self.fallback}
 
 
 def blend_features(method_runs: Sequence[Sequence[Any]], offsets: Any, *,
@@ -78,8 +101,17 @@ def _check(features: Any, labels: Any, offsets: Any) -> tuple[np.ndarray, np.nda
 
 
 def fit_blend_weights(features: Any, labels: Any, offsets: Any, *, loss: str = "list_net",
-                      options: Mapping[str, Any] | None = None, l2: float = 1e-3) -> np.ndarray:
-    """Non-negative member weights minimising ``loss`` of the blended scores plus ``l2 * ||w||^2``.
+                      options: Mapping[str, Any] | None = None, l2: float = 1e-3,
+                      max_iter: int = 500) -> np.ndarray:
+    """Non-negative member weights minimising ``loss`` of the blended scores plus ``l2 * ||w||^2``:
+    :func:`fit_blend`'s weights (see there for the parameters and the returned weights)."""
+    return fit_blend(features, labels, offsets, loss=loss, options=options, l2=l2, max_iter=max_iter).weights
+
+
+def fit_blend(features: Any, labels: Any, offsets: Any, *, loss: str = "list_net",
+              options: Mapping[str, Any] | None = None, l2: float = 1e-3, max_iter: int = 500) -> BlendFit:
+    """Non-negative member weights minimising ``loss`` of the blended scores plus ``l2 * ||w||^2``,
+    and whether L-BFGS-B converged.
 
     Parameters
     ----------
@@ -95,12 +127,15 @@ def fit_blend_weights(features: Any, labels: Any, offsets: Any, *, loss: str = "
         numbers each time and the objective stays deterministic.
     l2 : float
         Ridge coefficient, >= 0.
+    max_iter : int
+        L-BFGS-B's iteration limit, >= 1.
 
     Returns
     -------
-    np.ndarray
-        float64, shape (M,), non-negative and summing to 1. Should the optimum be w = 0 (no member
-        orders the labels better than a constant), the equal weights 1/M are returned.
+    BlendFit
+        ``weights``: float64, shape (M,), non-negative and summing to 1. Should the optimum be
+        w = 0 (no member orders the labels better than a constant), the equal weights 1/M are
+        returned (``fallback``).
     """
     import torch
     from scipy.optimize import minimize
@@ -111,6 +146,8 @@ def fit_blend_weights(features: Any, labels: Any, offsets: Any, *, loss: str = "
     x, y, off = _check(features, labels, offsets)
     if not (isinstance(l2, (int, float)) and np.isfinite(l2) and l2 >= 0):
         raise SmoothrankError(f"l2: expected a finite number >= 0, got {l2!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise SmoothrankError(f"max_iter: expected an integer >= 1, got {max_iter!r}")
     opts = dict(options or {})
     losses.get(loss, **opts)  # unknown loss or option: a ConfigError now
     n_members = x.shape[1]
@@ -128,11 +165,11 @@ def fit_blend_weights(features: Any, labels: Any, offsets: Any, *, loss: str = "
         return float(value.detach()), grad.numpy().astype(np.float64)
 
     fit = minimize(objective, np.ones(n_members), jac=True, method="L-BFGS-B",
-                   bounds=[(0.0, None)] * n_members, options={"maxiter": 500})
+                   bounds=[(0.0, None)] * n_members, options={"maxiter": int(max_iter)})
     w = np.clip(np.asarray(fit.x, dtype=np.float64), 0.0, None)
-    if not np.isfinite(w).all() or w.sum() <= 0:
-        return np.full(n_members, 1.0 / n_members)
-    return w / w.sum()
+    fallback = not np.isfinite(w).all() or w.sum() <= 0
+    weights = np.full(n_members, 1.0 / n_members) if fallback else w / w.sum()
+    return BlendFit(weights, bool(fit.success), int(fit.nit), str(fit.message), fallback)
 
 
 def cross_fit_scores(features: Any, labels: Any, offsets: Any, *, cv: int = 5, loss: str = "list_net",
@@ -144,6 +181,14 @@ def cross_fit_scores(features: Any, labels: Any, offsets: Any, *, cv: int = 5, l
     part p's documents use :func:`fit_blend_weights` on every other part. Returns
     ``(scores, weights)``: float64 arrays of shapes (n_docs,) and (cv, M).
     """
+    scores, fits = cross_fit_blend(features, labels, offsets, cv=cv, loss=loss, options=options, l2=l2)
+    return scores, np.stack([f.weights for f in fits])
+
+
+def cross_fit_blend(features: Any, labels: Any, offsets: Any, *, cv: int = 5, loss: str = "list_net",
+                    options: Mapping[str, Any] | None = None, l2: float = 1e-3
+                    ) -> tuple[np.ndarray, list[BlendFit]]:
+    """:func:`cross_fit_scores` with each part's whole :class:`BlendFit` instead of its weights."""
     from smoothrank.experiments.ensemble import _query_index
 
     x, y, off = _check(features, labels, offsets)
@@ -157,11 +202,10 @@ def cross_fit_scores(features: Any, labels: Any, offsets: Any, *, cv: int = 5, l
     sizes = np.diff(off)
     row_part = part_of[_query_index(off)]
     scores = np.empty(x.shape[0])
-    weights = np.empty((parts, x.shape[1]))
+    fits = []
     for p in range(parts):
         fit_rows = row_part != p
         fit_offsets = np.concatenate([[0], np.cumsum(sizes[part_of != p])]).astype(np.int64)
-        weights[p] = fit_blend_weights(x[fit_rows], y[fit_rows], fit_offsets, loss=loss, options=options,
-                                       l2=l2)
-        scores[~fit_rows] = x[~fit_rows] @ weights[p]
-    return scores, weights
+        fits.append(fit_blend(x[fit_rows], y[fit_rows], fit_offsets, loss=loss, options=options, l2=l2))
+        scores[~fit_rows] = x[~fit_rows] @ fits[-1].weights
+    return scores, fits
