@@ -42,6 +42,8 @@ import copy
 import functools
 import hashlib
 import json
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -59,8 +61,33 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(path: str) -> str:
+    """``path`` with each ``${NAME}`` replaced by the environment variable NAME, and each
+    ``${NAME:-DEFAULT}`` by NAME if it is set and not empty, else DEFAULT (the shell's forms).
+
+    An unset NAME without a default is an error; any other ``$`` is left as it is.
+    """
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = os.environ.get(name)
+        if found:
+            return found
+        if default is not None:
+            return default
+        raise ValueError(f"environment variable {name} is not set (write ${{{name}:-DEFAULT}} for a default)")
+
+    return _ENV_VAR.sub(value, path)
+
+
 class DatasetSpec(_Strict):
-    """Either the bundled MQ2008 folds or one train/valid/test triple of LETOR files."""
+    """Either the bundled MQ2008 folds or one train/valid/test triple of LETOR files.
+
+    File paths may name environment variables, ``${NAME}`` or ``${NAME:-DEFAULT}`` (see
+    :func:`expand_env`); relative paths are relative to the spec file.
+    """
 
     name: Annotated[str, Field(pattern=_LABEL)]
     mq2008_folds: list[Annotated[int, Field(ge=1, le=5)]] | None = None
@@ -68,6 +95,11 @@ class DatasetSpec(_Strict):
     valid: str | None = None
     test: str | None = None
     n_features: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("train", "valid", "test", mode="after")
+    @classmethod
+    def _expand_env(cls, value: str | None) -> str | None:
+        return expand_env(value) if value is not None else None
 
 
 class LossSpec(_Strict):
@@ -321,6 +353,7 @@ def _pydantic_problems(err: ValidationError) -> list[str]:
         loc = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = {"extra_forbidden": "unknown key", "missing": "required key missing"}.get(item["type"],
                                                                                            item["msg"])
+        message = message.removeprefix("Value error, ")  # our validators' own messages
         lines.append(f"{loc}: {message}")
     return lines
 
