@@ -14,7 +14,7 @@ from conftest import write_synthetic_folds
 
 from smoothrank import losses
 from smoothrank.data import load_letor
-from smoothrank.metrics import LETOR4_METRICS, evaluate
+from smoothrank.metrics import LETOR4_METRICS, evaluate, pairwise_error
 from smoothrank.models import build_model
 from smoothrank.softrank import soft_rank
 from smoothrank.training.artifact import load_model
@@ -75,6 +75,16 @@ def test_metrics_on_cuda_equal_the_cpu_values() -> None:
                        convention=convention)
         for metric, value in cpu.items():
             torch.testing.assert_close(gpu[metric].cpu(), value, equal_nan=True, msg=metric)
+
+
+def test_pairwise_error_on_cuda_equals_the_cpu_value() -> None:
+    scores, labels, mask = _slates()
+    for normalize in (False, True):
+        cpu = pairwise_error(scores, labels, mask=mask, normalize=normalize, reduction="none")
+        gpu = pairwise_error(scores.to(CUDA), labels.to(CUDA), mask=mask.to(CUDA), normalize=normalize,
+                             reduction="none")
+        assert gpu.device.type == "cuda"
+        torch.testing.assert_close(gpu.cpu(), cpu, equal_nan=True)
 
 
 @pytest.mark.parametrize("method", ["exact", "hybrid", "normal"])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -70,61 +69,19 @@ def dcg_error(scores: Any, labels: Any, *, mask: Any = None, ties: str = "input"
     return R.reduce(ideal - value, reduction, one_query=p.one_query)
 
 
-def _fenwick_pairwise(scores: np.ndarray, labels: np.ndarray) -> float:
-    """R(f) of one query in O(n log n).
-
-    Items are visited by descending score, one group of equal scores at a time; a Fenwick tree
-    indexed by label rank holds the count and the label sum of the items already visited (all
-    with a strictly higher score). Each item i then adds ``sum_{j above, y_j < y_i} (y_i - y_j)``
-    = ``y_i * count_below - sum_below``. Tied items are inserted only after their whole group is
-    queried, so no tied pair is counted (the indicator in eq. 4 is strict).
-    """
-    n = scores.shape[0]
-    levels, rank = np.unique(labels, return_inverse=True)
-    m = levels.shape[0]
-    count = [0] * (m + 1)
-    total = [0.0] * (m + 1)
-    order = np.argsort(-scores, kind="stable")
-    s_sorted = scores[order]
-    out = 0.0
-    start = 0
-    while start < n:
-        stop = start
-        while stop < n and s_sorted[stop] == s_sorted[start]:
-            stop += 1
-        group = order[start:stop]
-        for i in group:
-            pos, cnt, acc = int(rank[i]), 0, 0.0  # prefix over label ranks < rank[i]
-            while pos > 0:
-                cnt += count[pos]
-                acc += total[pos]
-                pos -= pos & -pos
-            out += float(labels[i]) * cnt - acc
-        for i in group:
-            pos = int(rank[i]) + 1
-            while pos <= m:
-                count[pos] += 1
-                total[pos] += float(labels[i])
-                pos += pos & -pos
-        start = stop
-    return out
-
-
-def _pair_count(labels: np.ndarray) -> float:
-    """Z = number of pairs with different labels = (n^2 - sum_a |S_a|^2) / 2."""
-    _, counts = np.unique(labels, return_counts=True)
-    n = labels.shape[0]
-    return float(n * n - int((counts.astype(np.int64) ** 2).sum())) / 2.0
-
-
 def pairwise_error(scores: Any, labels: Any, *, mask: Any = None, normalize: bool = False,
                    reduction: str = "mean", dtype: torch.dtype | None = None) -> Tensor:
     """The multipartite pairwise error R(f) (Jin & Geng, eq. 4), or R-hat(f) = R(f)/Z (eq. 3).
 
     ``R(f) = sum over pairs (i, j) with y_i > y_j and f(x_i) < f(x_j) of (y_i - y_j)``: each
     strictly misordered pair weighted by its label difference; tied scores count nothing.
-    Computed in O(n log n) per query (Fenwick tree over label ranks), exactly in float64 and
-    returned in ``dtype`` (default: the inputs' floating dtype).
+
+    Computed by the paper's theorem (eq. 5) rather than over pairs: R(f) is the DCG^beta error of
+    the ranking, and since a tied pair counts nothing in R(f), it is the error of the *optimistic*
+    order of tied scores (higher label first), where tied pairs cost nothing either. That is a
+    sort per query, O(n log n), batched on the inputs' device, in float64 (exact for integer
+    labels while n^2 * max label < 2^53), returned in ``dtype`` (default: the inputs' floating
+    dtype). ``Z`` (pairs with different labels) comes from the sorted labels the same way.
 
     With ``normalize=True`` a query with Z = 0 (all labels equal) is NaN and skipped by the
     reductions.
@@ -132,17 +89,26 @@ def pairwise_error(scores: Any, labels: Any, *, mask: Any = None, normalize: boo
     R.check_choice(reduction, R.REDUCTIONS, "reduction")
     if not isinstance(normalize, bool):
         raise SmoothrankError(f"normalize: expected True or False, got {normalize!r}")
-    p = R.prepare(scores, labels, mask, dtype=dtype)
-    s = p.scores.detach().cpu().to(torch.float64).numpy()
-    y = p.labels.detach().cpu().to(torch.float64).numpy()
-    m = p.mask.detach().cpu().numpy()
-    values = np.empty(s.shape[0], dtype=np.float64)
-    for q in range(s.shape[0]):
-        sq, yq = s[q][m[q]], y[q][m[q]]
-        value = _fenwick_pairwise(sq, yq)
-        if normalize:
-            z = _pair_count(yq)
-            value = value / z if z > 0 else float("nan")
-        values[q] = value
-    out = torch.from_numpy(values).to(dtype=p.scores.dtype, device=p.scores.device)
-    return R.reduce(out, reduction, one_query=p.one_query)
+    out_dtype = R.prepare(scores, labels, mask, dtype=dtype).scores.dtype
+    value, ideal, p = _beta_parts(scores, labels, mask, "optimistic", torch.float64)
+    out = (ideal - value).clamp_min(0.0)  # >= 0 in exact arithmetic; real labels may round below
+    if normalize:
+        z = _pair_counts(p.labels, p.mask)
+        out = torch.where(z > 0, out / z.clamp_min(1.0), torch.full_like(out, float("nan")))
+    return R.reduce(out.to(out_dtype), reduction, one_query=p.one_query)
+
+
+def _pair_counts(labels: Tensor, mask: Tensor) -> Tensor:
+    """Z per query: pairs of real items with different labels, n(n-1)/2 minus the equal pairs.
+
+    Labels are sorted (padding last, as +inf); each real item's number of equal items before it
+    is its position minus the first position of its value (``searchsorted``).
+    """
+    inf = torch.full((), float("inf"), dtype=labels.dtype, device=labels.device)
+    ordered = torch.sort(torch.where(mask, labels, inf), dim=-1).values
+    first = torch.searchsorted(ordered, ordered, right=False)
+    position = torch.arange(ordered.shape[-1], device=labels.device).expand_as(ordered)
+    n = mask.sum(dim=-1)
+    real = position < n.unsqueeze(-1)
+    equal_pairs = torch.where(real, position - first, torch.zeros_like(first)).sum(dim=-1)
+    return (n * (n - 1) // 2 - equal_pairs).to(labels.dtype)
