@@ -17,6 +17,7 @@ from smoothrank.cli import main as cli_main
 from smoothrank.data import load_letor
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.experiments import (
+    adjust_pvalues,
     expand,
     load_results,
     load_spec,
@@ -241,6 +242,80 @@ def test_mean_std():
     assert math.isnan(mean_std([0.3])[1])
 
 
+def _holm_rejects(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm's procedure by its definition: reject in ascending order while p_(j) <= alpha/(m-j+1)."""
+    order, m = np.argsort(p, kind="stable"), p.size
+    out = np.zeros(m, dtype=bool)
+    for j, i in enumerate(order):
+        if p[i] > alpha / (m - j):
+            break
+        out[i] = True
+    return out
+
+
+def _bh_rejects(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Benjamini-Hochberg by its definition: reject the k smallest, k = max{i: p_(i) <= i alpha/m}."""
+    order, m = np.argsort(p, kind="stable"), p.size
+    passing = [i + 1 for i in range(m) if p[order[i]] <= (i + 1) * alpha / m]
+    out = np.zeros(m, dtype=bool)
+    out[order[:max(passing, default=0)]] = True
+    return out
+
+
+@pytest.mark.parametrize(("method", "rejects"), [("holm", _holm_rejects), ("bh", _bh_rejects)])
+def test_adjusted_pvalues_reject_as_the_procedures_do(method, rejects):
+    rng = np.random.default_rng(4)
+    for trial in range(200):
+        m = int(rng.integers(1, 12))
+        p = np.round(rng.uniform(0, 0.2, m) ** (1 + trial % 3), 3)  # ties included
+        adjusted = adjust_pvalues(p, method)
+        assert ((adjusted >= p - 1e-15) & (adjusted <= 1)).all()
+        for alpha in (0.01, 0.05, 0.1):
+            np.testing.assert_array_equal(adjusted <= alpha, rejects(p, alpha))
+    with_nan = adjust_pvalues([0.01, np.nan, 0.02], method)
+    assert math.isnan(with_nan[1]) and with_nan[[0, 2]] == pytest.approx(adjust_pvalues([0.01, 0.02], method))
+
+
+def test_adjust_pvalues_none_and_errors():
+    p = np.array([0.3, 0.01, np.nan])
+    np.testing.assert_array_equal(adjust_pvalues(p, "none"), p)
+    with pytest.raises(SmoothrankError, match="correction: expected one of none, holm, bh"):
+        adjust_pvalues(p, "bonferroni")
+    with pytest.raises(SmoothrankError, match=r"pvalues: expected values in \[0, 1\]"):
+        adjust_pvalues([0.5, 1.5], "holm")
+
+
+def test_summary_adjusts_each_metric_over_the_methods():
+    rng = np.random.default_rng(9)
+    base = list(rng.uniform(0, 1, size=60))
+    # Three methods against the baseline: a clear gain, a marginal one (p = 0.033: significant alone,
+    # not after Holm's adjustment, still after Benjamini-Hochberg's), none.
+    shifts = {"clear": 0.25, "marginal": 0.05, "none": 0.0}
+    results = [_fake("base", 1, base, 0.5)]
+    for name, shift in shifts.items():
+        values = [min(1.0, v + shift + rng.normal(0, 0.2)) for v in base]
+        results.append(_fake(name, 1, values, 0.5))
+    plain = {r["method"]: r for r in summarize(results, metrics=["ndcg@1"], baseline="base")
+             if r["split"] == "test" and r["baseline"]}
+    for correction in ("holm", "bh"):
+        rows = summarize(results, metrics=["ndcg@1"], baseline="base", correction=correction)
+        tested = {r["method"]: r for r in rows if r["split"] == "test" and r["baseline"]}
+        p = [plain[m]["p_value"] for m in shifts]
+        want = adjust_pvalues(p, correction)
+        for (method, row), w in zip(tested.items(), want, strict=True):
+            assert row["p_value"] == plain[method]["p_value"] and row["p_adjusted"] == pytest.approx(w)
+            assert row["significant"] == (0 if w >= 0.05 else (1 if row["mean_difference"] > 0 else -1))
+        assert tested["marginal"]["significant"] == {"holm": 0, "bh": 1}[correction]
+        text = format_markdown(rows, metrics=["ndcg@1"], title="T", convention="trec", baseline="base",
+                               alpha=0.05, correction=correction)
+        assert {"holm": "Holm-adjusted", "bh": "Benjamini-Hochberg-adjusted"}[correction] in text
+    assert all(plain[m]["p_adjusted"] == plain[m]["p_value"] for m in shifts)  # none: unchanged
+    assert plain["marginal"]["significant"] == 1 and plain["marginal"]["p_value"] > 0.025
+    assert "p_adjusted" in format_csv(rows).splitlines()[0]
+    with pytest.raises(SmoothrankError, match="correction"):
+        summarize(results, metrics=["ndcg@1"], baseline="base", correction="sidak")
+
+
 # ------------------------------------------------------------------------------ report
 def _fake(method: str, fold: int, test: list[float], train_value: float, seed: int = 0) -> dict:
     return {"dataset": "mq2008", "method": method, "fold": fold, "seed": seed,
@@ -396,6 +471,10 @@ def test_cli_experiment(letor_files, tmp_path, capsys):
     # auto: every finished run is skipped whatever the worker count; the count follows the CPUs.
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet", "--workers", "auto"]) == 0
     assert "0 run(s) done, 1 skipped" in capsys.readouterr().out
+    # --correction overrides the spec's for the summaries only (runs are skipped, summaries rewritten).
+    assert json.loads((out / "summary.json").read_text())["correction"] == "none"
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet", "--correction", "holm"]) == 0
+    assert json.loads((out / "summary.json").read_text())["correction"] == "holm"
 
 
 def test_workers_auto_divides_the_usable_cpus(monkeypatch):

@@ -27,6 +27,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--workers", default="1",
                         help="runs in parallel, one process each: an integer, or 'auto' for the usable "
                              "CPUs divided by the spec's num_threads (default 1)")
+    parser.add_argument("--correction", choices=("none", "holm", "bh"), default=None,
+                        help="adjust the baseline t-tests' p-values over the methods, per metric, in the "
+                             "summaries (default: the spec's correction, itself none by default)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(func=run)
@@ -84,7 +87,8 @@ def run(args: Any) -> int:
         if len(sys.argv) > 2 and sys.argv[1] == "experiment" else None
     write_reports(outcome.results, out, metrics=spec.metrics, title=f"Experiment {spec.name}",
                   convention=spec.convention, baseline=spec.baseline, alpha=spec.alpha, command=command,
-                  select_by=spec.select_by)
+                  select_by=spec.select_by,
+                  correction=args.correction if args.correction is not None else spec.correction)
     ensembles = (f"{len(outcome.ensembles_built)} ensemble(s) built, {len(outcome.ensembles_reused)} reused; "
                  if spec.ensemble or spec.blends else "")
     print(f"{len(outcome.ran)} run(s) done, {len(outcome.skipped)} skipped (finished before); {ensembles}"

@@ -16,7 +16,7 @@ from smoothrank.experiments.report import summarize, write_reports
 from smoothrank.experiments.runner import ExperimentOutcome, load_results, run_cell, run_experiment
 from smoothrank.experiments.spec import Cell, ExperimentSpec, expand, load_spec, spec_from_dict
 from smoothrank.experiments.stacking import BlendFit, fit_blend, fit_blend_weights
-from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
+from smoothrank.experiments.stats import TTest, adjust_pvalues, mean_std, paired_ttest
 
 __all__ = [
     "BlendFit",
@@ -24,6 +24,7 @@ __all__ = [
     "ExperimentOutcome",
     "ExperimentSpec",
     "TTest",
+    "adjust_pvalues",
     "combine_scores",
     "expand",
     "fit_blend",

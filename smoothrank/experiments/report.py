@@ -27,13 +27,13 @@ import numpy as np
 
 from smoothrank._atomic import write_text_atomic
 from smoothrank.errors import SmoothrankError
-from smoothrank.experiments.stats import TTest, mean_std, paired_ttest
+from smoothrank.experiments.stats import TTest, adjust_pvalues, mean_std, paired_ttest
 
 __all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "published_baselines",
            "published_comparison", "summarize", "write_reports"]
 
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
-               "baseline", "p_value", "t_statistic", "n_queries", "significant")
+               "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted")
 
 
 def _num(value: Any) -> float:
@@ -52,11 +52,15 @@ def _per_query(results: Iterable[dict[str, Any]], metric: str) -> dict[tuple[Any
 
 
 def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], baseline: str | None = None,
-              alpha: float = 0.05) -> list[dict[str, Any]]:
+              alpha: float = 0.05, correction: str = "none") -> list[dict[str, Any]]:
     """One row per (dataset, method, split, metric), in the order methods first appear.
 
     Test rows carry the paired t-test against ``baseline`` (none for the baseline itself).
+    ``correction`` (:func:`~smoothrank.experiments.stats.adjust_pvalues`: none, holm, bh) adjusts
+    the p-values of each (dataset, metric) together, one per method compared with the baseline;
+    ``p_adjusted`` and ``significant`` follow it.
     """
+    adjust_pvalues([], correction)  # an unknown correction is an error before any work
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault((r["dataset"], r["method"]), []).append(r)
@@ -78,7 +82,8 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
                 row: dict[str, Any] = {"dataset": dataset, "method": method, "kind": runs[0]["kind"],
                                        "split": split, "metric": metric, "mean": mean, "std": std,
                                        "n_folds": n_folds, "n_runs": len(runs), "baseline": "",
-                                       "p_value": math.nan, "t_statistic": math.nan, "n_queries": 0,
+                                       "p_value": math.nan, "p_adjusted": math.nan, "t_statistic": math.nan,
+                                       "n_queries": 0,
                                        "significant": 0}
                 ens = runs[0].get("ensemble") or {}
                 if isinstance(ens.get("of"), list):  # a blend: the member methods
@@ -89,10 +94,26 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
                     row["blend_fits"] = _fit_summaries(runs)
                 if split == "test" and base_runs:
                     test = _compare(runs, base_runs, metric)
+                    # significant and p_adjusted are set per family by _apply_correction below
                     row.update(baseline=baseline, p_value=test.pvalue, t_statistic=test.statistic,
-                               n_queries=test.n, significant=test.direction(alpha))
+                               n_queries=test.n, mean_difference=test.mean_difference)
                 rows.append(row)
+    _apply_correction(rows, correction, alpha)
     return rows
+
+
+def _apply_correction(rows: list[dict[str, Any]], correction: str, alpha: float) -> None:
+    """Adjust the test rows' p-values per (dataset, metric) family and redo ``significant``."""
+    families: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["split"] == "test" and row["baseline"]:
+            families[(row["dataset"], row["metric"])].append(row)
+    for family in families.values():
+        adjusted = adjust_pvalues([r["p_value"] for r in family], correction)
+        for row, p in zip(family, adjusted, strict=True):
+            row["p_adjusted"] = float(p)
+            significant = not math.isnan(p) and p < alpha
+            row["significant"] = (1 if row["mean_difference"] > 0 else -1) if significant else 0
 
 
 def _compare(runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric: str) -> TTest:
@@ -185,10 +206,11 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
 
 def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], title: str, convention: str,
                     baseline: str | None, alpha: float, command: str | None = None,
-                    select_by: str | None = None, refit: bool = False) -> str:
+                    select_by: str | None = None, refit: bool = False, correction: str = "none") -> str:
     """Markdown tables: per dataset, test and training metrics (mean ± std over folds).
 
     ``refit``: the runs were refit on training + validation after selection (say so above the tables).
+    ``correction``: how the rows' p-values were adjusted (:func:`summarize`), named in the legend.
 
     Where published LETOR 4.0 rows apply and ``select_by`` is given, a last table compares each
     method with them (:func:`published_comparison`).
@@ -204,8 +226,10 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                      "rows are those refit models', the validation rows the selected models' "
                      "(out of sample).")
     if baseline:
+        adjusted = {"holm": "Holm-adjusted over the methods, per metric, ",
+                    "bh": "Benjamini-Hochberg-adjusted over the methods, per metric, "}.get(correction, "")
         lines.append(f"▲/▼: significantly better/worse than `{baseline}` (paired t-test over test queries, "
-                     f"two-sided, p < {alpha:g}).")
+                     f"two-sided, {adjusted}p < {alpha:g}).")
     if any(r.get("kind") == "ensemble" and not r.get("blend_of") for r in rows):
         lines.append("`<method>+ens<N>`: the seed ensemble of `<method>`: per fold, the mean of its N seed "
                      "runs' per-query standardised scores, evaluated as one run.")
@@ -297,19 +321,20 @@ def format_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, metrics: Sequence[str],
                   title: str, convention: str, baseline: str | None = None, alpha: float = 0.05,
-                  command: str | None = None, select_by: str | None = None) -> list[dict[str, Any]]:
+                  command: str | None = None, select_by: str | None = None,
+                  correction: str = "none") -> list[dict[str, Any]]:
     """Write ``summary.md``, ``summary.csv`` and ``summary.json`` into ``out_dir``; return the rows."""
     from smoothrank.experiments.runner import write_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = summarize(results, metrics=metrics, baseline=baseline, alpha=alpha)
+    rows = summarize(results, metrics=metrics, baseline=baseline, alpha=alpha, correction=correction)
     refit = any("refit" in r for r in results)
     markdown = format_markdown(rows, metrics=metrics, title=title, convention=convention,
                                baseline=baseline, alpha=alpha, command=command, select_by=select_by,
-                               refit=refit)
+                               refit=refit, correction=correction)
     write_text_atomic(out / "summary.md", markdown)
     write_text_atomic(out / "summary.csv", format_csv(rows))
     write_json(out / "summary.json", {"title": title, "convention": convention, "baseline": baseline,
-                                      "alpha": alpha, "rows": rows})
+                                      "alpha": alpha, "correction": correction, "rows": rows})
     return rows

@@ -10,6 +10,7 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
     select_by: ndcg@10              # validation metric of model selection
     baseline: lightgbm-lambdarank   # method label the t-test compares against
     alpha: 0.05
+    correction: none                # none | holm | bh: p-values adjusted over the methods, per metric
     seeds: [0]
     datasets:
       - {name: mq2008, mq2008_folds: [1, 2, 3, 4, 5]}
@@ -178,6 +179,9 @@ class ExperimentSpec(_Strict):
     select_by: str = "ndcg@10"
     baseline: str | None = None
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    # Adjustment of the baseline t-tests' p-values over the methods, per metric (stats.adjust_pvalues);
+    # a reporting choice, not part of any cell.
+    correction: Literal["none", "holm", "bh"] = "none"
     seeds: list[Annotated[int, Field(ge=0)]] = [0]
     num_threads: Annotated[int, Field(ge=1)] = 1
     datasets: list[DatasetSpec]

@@ -1,4 +1,5 @@
-"""Statistics of an experiment: mean and spread over folds, the paired t-test per query.
+"""Statistics of an experiment: mean and spread over folds, the paired t-test per query, and
+the adjustment of p-values for comparing many methods against one baseline.
 
 The SoftRank paper (Taylor et al., WSDM 2008, section 5) calls a difference significant under a
 paired t-test at the 5% level, pairing the two systems' metric values query by query. Here the
@@ -16,7 +17,7 @@ import numpy as np
 
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["TTest", "mean_std", "paired_ttest"]
+__all__ = ["CORRECTIONS", "TTest", "adjust_pvalues", "mean_std", "paired_ttest"]
 
 # Metric differences below this are rounding noise (metrics live in [0, 1]): a spread this small
 # is a constant difference, not a distribution.
@@ -84,3 +85,38 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
     if n == 0:
         return math.nan, math.nan, 0
     return float(v.mean()), float(v.std(ddof=1)) if n > 1 else math.nan, n
+
+
+CORRECTIONS = ("none", "holm", "bh")
+
+
+def adjust_pvalues(pvalues: Sequence[float] | np.ndarray, method: str = "holm") -> np.ndarray:
+    """P-values adjusted for testing them together (NaN entries are left out and stay NaN).
+
+    ``"holm"``: Holm's step-down (Holm, 1979), controls the family-wise error rate; the i-th
+    smallest of m p-values becomes ``max_{j <= i} min(1, (m - j + 1) p_(j))``. ``"bh"``:
+    Benjamini-Hochberg (1995), controls the false discovery rate (``scipy.stats.false_discovery_control``).
+    ``"none"``: unchanged. Compare the adjusted values with alpha as usual.
+    """
+    if method not in CORRECTIONS:
+        raise SmoothrankError(f"correction: expected one of {', '.join(CORRECTIONS)}, got {method!r}")
+    p = np.asarray(pvalues, dtype=np.float64).reshape(-1)
+    out = p.copy()
+    keep = ~np.isnan(p)
+    if method == "none" or not keep.any():
+        return out
+    if ((p[keep] < 0) | (p[keep] > 1)).any():
+        raise SmoothrankError("pvalues: expected values in [0, 1]")
+    q = p[keep]
+    if method == "holm":
+        order = np.argsort(q, kind="stable")
+        m = q.shape[0]
+        stepped = np.minimum(1.0, (m - np.arange(m)) * q[order])
+        adjusted = np.empty(m)
+        adjusted[order] = np.maximum.accumulate(stepped)
+    else:
+        from scipy import stats
+
+        adjusted = stats.false_discovery_control(q, method="bh")
+    out[keep] = adjusted
+    return out
