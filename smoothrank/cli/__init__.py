@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -45,7 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so that a closed pipe is caught below and not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (``smoothrank ... | head``): stop quietly, as Unix tools do. stdout
+        # is pointed at devnull so that the interpreter's final flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, the status of a Unix tool killed by the closed pipe
     except SmoothrankError as err:
         print(f"smoothrank: error: {err}", file=sys.stderr)
         return 2
