@@ -27,7 +27,7 @@ import numpy as np
 
 from smoothrank._atomic import write_text_atomic
 from smoothrank.errors import SmoothrankError
-from smoothrank.experiments.stats import TTest, adjust_pvalues, mean_std, paired_ttest
+from smoothrank.experiments.stats import TTest, adjust_pvalues, check_correction, mean_std, paired_ttest
 
 __all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "published_baselines",
            "published_comparison", "summarize", "write_reports"]
@@ -60,7 +60,7 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
     the p-values of each (dataset, metric) together, one per method compared with the baseline;
     ``p_adjusted`` and ``significant`` follow it.
     """
-    adjust_pvalues([], correction)  # an unknown correction is an error before any work
+    check_correction(correction)  # before any work
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault((r["dataset"], r["method"]), []).append(r)
@@ -112,8 +112,8 @@ def _apply_correction(rows: list[dict[str, Any]], correction: str, alpha: float)
         adjusted = adjust_pvalues([r["p_value"] for r in family], correction)
         for row, p in zip(family, adjusted, strict=True):
             row["p_adjusted"] = float(p)
-            significant = not math.isnan(p) and p < alpha
-            row["significant"] = (1 if row["mean_difference"] > 0 else -1) if significant else 0
+            test = TTest(row["t_statistic"], float(p), row["n_queries"], row["mean_difference"])
+            row["significant"] = test.direction(alpha)
 
 
 def _compare(runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric: str) -> TTest:

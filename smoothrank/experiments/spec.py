@@ -362,16 +362,19 @@ def _pydantic_problems(err: ValidationError) -> list[str]:
     return lines
 
 
+def _without_validation(spec: ExperimentSpec) -> list[tuple[int, DatasetSpec]]:
+    """The file datasets with no validation split (the bundled MQ2008 folds all have one)."""
+    return [(i, ds) for i, ds in enumerate(spec.datasets) if ds.mq2008_folds is None and ds.valid is None]
+
+
 def _refit_problems(spec: ExperimentSpec) -> list[str]:
     """A refit trains on the validation split, so it must exist and must not be the test split."""
     base = Path(spec.base_dir)
-    problems = []
+    problems = [f"refit: datasets.{i} ({ds.name}) has no validation split (valid:) to refit on"
+                for i, ds in _without_validation(spec)]
     for i, ds in enumerate(spec.datasets):
-        if ds.mq2008_folds is not None:
-            continue
-        if ds.valid is None:
-            problems.append(f"refit: datasets.{i} ({ds.name}) has no validation split (valid:) to refit on")
-        elif ds.test is not None and (base / ds.valid).resolve() == (base / ds.test).resolve():
+        if ds.valid is not None and ds.test is not None and \
+                (base / ds.valid).resolve() == (base / ds.test).resolve():
             problems.append(f"refit: datasets.{i} ({ds.name}) uses its test file as the validation split; "
                             "a refit would train on the test queries")
     return problems
@@ -470,8 +473,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                 loss_registry.get(blend.learner.loss, **blend.learner.options)
             except ConfigError as err:
                 problems.append(f"blends.{i}.learner: {err}")
-    if any(b.weights == "learned" for b in spec.blends) and \
-            any(d.mq2008_folds is None and d.valid is None for d in spec.datasets):
+    if any(b.weights == "learned" for b in spec.blends) and _without_validation(spec):
         problems.append("blends: a learned blend fits its weights on the validation split; every dataset "
                         "needs one (valid:)")
     if spec.refit:

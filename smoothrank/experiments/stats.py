@@ -90,6 +90,12 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
 CORRECTIONS = ("none", "holm", "bh")
 
 
+def check_correction(method: str) -> None:
+    """Refuse a ``correction`` that is not one of :data:`CORRECTIONS`."""
+    if method not in CORRECTIONS:
+        raise SmoothrankError(f"correction: expected one of {', '.join(CORRECTIONS)}, got {method!r}")
+
+
 def adjust_pvalues(pvalues: Sequence[float] | np.ndarray, method: str = "holm") -> np.ndarray:
     """P-values adjusted for testing them together (NaN entries are left out and stay NaN).
 
@@ -98,8 +104,7 @@ def adjust_pvalues(pvalues: Sequence[float] | np.ndarray, method: str = "holm") 
     Benjamini-Hochberg (1995), controls the false discovery rate (``scipy.stats.false_discovery_control``).
     ``"none"``: unchanged. Compare the adjusted values with alpha as usual.
     """
-    if method not in CORRECTIONS:
-        raise SmoothrankError(f"correction: expected one of {', '.join(CORRECTIONS)}, got {method!r}")
+    check_correction(method)
     p = np.asarray(pvalues, dtype=np.float64).reshape(-1)
     out = p.copy()
     keep = ~np.isnan(p)

@@ -79,9 +79,10 @@ def pairwise_error(scores: Any, labels: Any, *, mask: Any = None, normalize: boo
     Computed by the paper's theorem (eq. 5) rather than over pairs: R(f) is the DCG^beta error of
     the ranking, and since a tied pair counts nothing in R(f), it is the error of the *optimistic*
     order of tied scores (higher label first), where tied pairs cost nothing either. That is a
-    sort per query, O(n log n), batched on the inputs' device, in float64 (exact for integer
-    labels while n^2 * max label < 2^53), returned in ``dtype`` (default: the inputs' floating
-    dtype). ``Z`` (pairs with different labels) comes from the sorted labels the same way.
+    sort per query, O(n log n), batched on the inputs' device. Scores and labels are taken in
+    ``dtype`` (default: the inputs' floating dtype), the sums are accumulated in float64 (exact
+    for integer labels while n^2 * max label < 2^53), and the result is returned in ``dtype``.
+    ``Z`` (pairs with different labels) comes from the sorted labels the same way.
 
     With ``normalize=True`` a query with Z = 0 (all labels equal) is NaN and skipped by the
     reductions.
@@ -89,13 +90,14 @@ def pairwise_error(scores: Any, labels: Any, *, mask: Any = None, normalize: boo
     R.check_choice(reduction, R.REDUCTIONS, "reduction")
     if not isinstance(normalize, bool):
         raise SmoothrankError(f"normalize: expected True or False, got {normalize!r}")
-    out_dtype = R.prepare(scores, labels, mask, dtype=dtype).scores.dtype
-    value, ideal, p = _beta_parts(scores, labels, mask, "optimistic", torch.float64)
+    p = R.prepare(scores, labels, mask, dtype=dtype)
+    wide = R.Prepared(p.scores.to(torch.float64), p.labels.to(torch.float64), p.mask, p.one_query)
+    value, ideal, _ = _dcg_and_ideal(wide, k=None, gain="linear", discount="linear", ties="optimistic")
     out = (ideal - value).clamp_min(0.0)  # >= 0 in exact arithmetic; real labels may round below
     if normalize:
-        z = _pair_counts(p.labels, p.mask)
+        z = _pair_counts(wide.labels, wide.mask)
         out = torch.where(z > 0, out / z.clamp_min(1.0), torch.full_like(out, float("nan")))
-    return R.reduce(out.to(out_dtype), reduction, one_query=p.one_query)
+    return R.reduce(out.to(p.scores.dtype), reduction, one_query=p.one_query)
 
 
 def _pair_counts(labels: Tensor, mask: Tensor) -> Tensor:
