@@ -21,6 +21,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from smoothrank._checks import check_mask
+from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 
 __all__ = [
@@ -53,13 +55,10 @@ def _check_scores_mask(scores: Tensor, mask: Tensor | None, *, name: str = "scor
         raise SmoothrankError(f"{name}: expected shape (batch, list_size), got {tuple(scores.shape)}")
     if not scores.is_floating_point():
         raise SmoothrankError(f"{name}: expected a floating dtype, got {scores.dtype}")
-    if mask is None:
-        return torch.ones_like(scores, dtype=torch.bool)
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise SmoothrankError("mask: expected a boolean torch.Tensor (True = real item)")
-    if mask.shape != scores.shape:
-        raise SmoothrankError(f"mask: shape {tuple(mask.shape)} differs from {name} {tuple(scores.shape)}")
-    return mask.to(scores.device)
+    mask = check_mask(mask, scores, name=name)
+    if not bool(torch.isfinite(scores.detach()[mask]).all()):
+        raise SmoothrankError(f"{name}: NaN or infinite value at a real (unmasked) position")
+    return mask
 
 
 def _check_temperature(temperature: float) -> float:
@@ -107,19 +106,27 @@ def _abs_diff_row_sums(scores: Tensor, mask: Tensor) -> Tensor:
 
 
 def _neural_sort_parts(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Centred scores s, ``B_j = sum_k |s_j - s_k|`` and the per-rank coefficients ``m + 1 - 2r``.
+    """Centred scores s, ``B_j = sum_k |s_j - s_k|`` and the per-rank coefficients ``m + 1 - 2r``,
+    in float64 (where the device has it) whatever the scores' dtype.
 
-    The logits of equation 3 are ``(coef_r s_j - B_j) / tau``.
+    The logits of equation 3 are ``(coef_r s_j - B_j) / tau``. Each term is of the order of
+    ``m * (score range)`` while what decides between two items is their score gap: in float32
+    the rounding of the terms (m * range * 6e-8) divided by a small tau outweighs a small gap,
+    hands two ranks to one item and none to another, and Sinkhorn then divides by an empty
+    column (NaN gradients). float64 pushes that limit about 10^9 times further; the logits and
+    their softmax are formed in float64 too, and only P-hat (entries in [0, 1]) is rounded back.
     """
+    wide = wide_dtype(scores.dtype, scores.device)
+    x = scores.to(wide)
     # P-hat is invariant to a shift of the scores (it adds a constant per row); centring on the
     # real items' mean reduces cancellation in (m + 1 - 2r) s_j - B_j for large scores.
     m_count = mask.sum(-1, keepdim=True)
-    centre = (torch.where(mask, scores.detach(), torch.zeros_like(scores)).sum(-1, keepdim=True)
-              / m_count.clamp_min(1).to(scores.dtype))
-    s = torch.where(mask, scores - centre, torch.zeros_like(scores))
+    centre = (torch.where(mask, x.detach(), torch.zeros_like(x)).sum(-1, keepdim=True)
+              / m_count.clamp_min(1).to(wide))
+    s = torch.where(mask, x - centre, torch.zeros_like(x))
     b = _abs_diff_row_sums(s, mask)
-    r = torch.arange(1, scores.shape[-1] + 1, device=scores.device, dtype=scores.dtype)
-    coef = m_count.to(scores.dtype) + 1.0 - 2.0 * r  # (batch, n): one coefficient per rank row
+    r = torch.arange(1, scores.shape[-1] + 1, device=scores.device, dtype=wide)
+    coef = m_count.to(wide) + 1.0 - 2.0 * r  # (batch, n): one coefficient per rank row
     return s, b, coef
 
 
@@ -135,12 +142,13 @@ def _neural_sort_logits(scores: Tensor, mask: Tensor, temperature: float) -> Ten
 
 
 def _phat_chunk(s: Tensor, b: Tensor, coef: Tensor, rf: Tensor, cf: Tensor, tau: float) -> Tensor:
-    """P-hat of a chunk of queries from the parts of ``_neural_sort_parts`` (no autograd, in place)."""
+    """P-hat of a chunk of queries from the parts of ``_neural_sort_parts`` (no autograd, in place),
+    formed in the parts' (wide) dtype and returned in the dtype of ``rf``."""
     logits = coef.unsqueeze(-1) * s.unsqueeze(-2)
     logits.sub_(b.unsqueeze(-2)).div_(tau)
     logits.masked_fill_(cf.unsqueeze(-2) == 0, float("-inf"))
     logits.masked_fill_(rf.unsqueeze(-1) == 0, 0.0)
-    p = torch.softmax(logits, dim=-1)
+    p = torch.softmax(logits, dim=-1).to(rf.dtype)
     return p.mul_(rf.unsqueeze(-1))
 
 
@@ -171,8 +179,8 @@ def neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: floa
     """
     mask = _check_scores_mask(scores, mask)
     tau = _check_temperature(temperature)
-    logits = _neural_sort_logits(scores, mask, tau)
-    p_hat = torch.softmax(logits, dim=-1)
+    logits = _neural_sort_logits(scores, mask, tau)  # float64 where the device has it
+    p_hat = torch.softmax(logits, dim=-1).to(scores.dtype)
     return p_hat * rank_mask(mask).unsqueeze(-1).to(p_hat.dtype)
 
 
@@ -414,7 +422,10 @@ def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | N
         return u, v, err
     dtype = matrix.dtype
     keep = (row_mask.unsqueeze(-1) & col_mask.unsqueeze(-2))
-    k = matrix if bool(keep.all()) else matrix * keep.to(dtype)
+    k = matrix if bool(keep.all()) else torch.where(keep, matrix, torch.zeros((), dtype=dtype,
+                                                                               device=matrix.device))
+    if not bool(torch.isfinite(k.detach()[keep]).all()):
+        raise SmoothrankError("matrix: NaN or infinite entry in the real block (it has no Sinkhorn scaling)")
     # A real row or column with no positive entry has no doubly stochastic scaling: the scaling
     # vectors would overflow and the gradient turn NaN. Refuse it instead of returning garbage.
     empty_rows = (k.sum(-1) <= 0) & row_mask
@@ -441,8 +452,12 @@ def sinkhorn_with_info(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] |
     (P, marginal_error): P of shape (batch, n, n), zero outside the real block, and the largest
     |row or column sum - 1| of each query, shape (batch,) (below ``tol`` unless ``max_iter`` ran out).
     """
-    u, v, err = sinkhorn_scaling(matrix, mask=mask, max_iter=max_iter, tol=tol)
-    return u.unsqueeze(-1) * matrix * v.unsqueeze(-2), err
+    row_mask, col_mask = _split_mask(matrix, mask)
+    u, v, err = sinkhorn_scaling(matrix, mask=(row_mask, col_mask), max_iter=max_iter, tol=tol)
+    keep = row_mask.unsqueeze(-1) & col_mask.unsqueeze(-2)  # padded entries may hold NaN or inf
+    real = matrix if bool(keep.all()) else torch.where(keep, matrix, torch.zeros((), dtype=matrix.dtype,
+                                                                                 device=matrix.device))
+    return u.unsqueeze(-1) * real * v.unsqueeze(-2), err
 
 
 def sinkhorn(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | None = None,
@@ -464,12 +479,13 @@ class _NeuralSortBilinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, s, b, coef, rows_f, cols_f, left, right, tau, sinkhorn, transposed, max_iter, tol,
                 chunk):  # type: ignore[override]
+        # s, b, coef are in the wide dtype (P-hat's logits); everything else is in the scores' dtype.
         batch, n = s.shape
-        value, err = s.new_zeros(batch), s.new_zeros(batch)
+        value, err = left.new_zeros(batch), left.new_zeros(batch)
         steps = max_iter if sinkhorn else 0
-        us, vs = s.new_zeros(batch, steps, n), s.new_zeros(batch, steps + 1, n)
+        us, vs = left.new_zeros(batch, steps, n), left.new_zeros(batch, steps + 1, n)
         active = torch.zeros(batch, steps, dtype=torch.bool, device=s.device)
-        u_fin, v_fin = s.new_zeros(batch, n), s.new_zeros(batch, n)
+        u_fin, v_fin = left.new_zeros(batch, n), left.new_zeros(batch, n)
         for lo in range(0, batch, chunk):
             sl = slice(lo, min(lo + chunk, batch))
             p = _phat_chunk(s[sl], b[sl], coef[sl], rows_f[sl], cols_f[sl], tau)
@@ -513,7 +529,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
             dp = dk.transpose(-1, -2) if transposed else dk
             # Softmax backward row by row; padded rows and columns have p = 0 and get nothing.
             dlogits = (dp - (dp * p).sum(-1, keepdim=True)).mul_(p)
-            grad_s[sl] = _vecmat(coef[sl], dlogits) / tau
+            grad_s[sl] = _vecmat(coef[sl].to(dlogits.dtype), dlogits) / tau
             grad_b[sl] = -dlogits.sum(-2) / tau
         return grad_s, grad_b, *([None] * 11)
 

@@ -178,3 +178,13 @@ def test_concat_datasets_errors(letor_files):
     narrow = s["valid"].with_features(s["valid"].features[:, :2])
     with pytest.raises(SmoothrankError, match="different numbers of features"):
         concat_datasets([s["train"], narrow])
+
+
+def test_concat_datasets_never_merges_a_query_id_across_parts(letor_files):
+    # The same qid in two parts (a document-level split, or per-file .query numbering) stays
+    # two lists, as each part gave them to training.
+    train = _splits(letor_files)["train"]
+    twice = concat_datasets([train, train])
+    assert twice.n_queries == 2 * train.n_queries
+    assert list(twice.qids) == [*train.qids, *train.qids]
+    np.testing.assert_array_equal(twice.list_sizes, np.r_[train.list_sizes, train.list_sizes])

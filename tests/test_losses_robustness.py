@@ -1,7 +1,9 @@
 """Hypothesis: every loss gives finite values and gradients on awkward inputs.
 
-Ties, scores up to +-1e4, lists of length 1, temperatures from 1e-3 to 100, all-zero labels,
-fully padded rows and padding anywhere in a row, in float32 and float64.
+Ties and near-ties (500 and 500.0001: distinct in float32, within rounding of NeuralSort's
+float32 logits), scores up to +-1e4, lists of length 1, temperatures from 1e-8 to 100, all-zero
+labels, fully padded rows and padding anywhere in a row, in float32 and float64, and in float16 and
+bfloat16 (computed in float32) for temperatures from 1e-2.
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ def batches(draw):
     b = draw(st.integers(1, 3))
     n = draw(st.integers(1, 7))
     # A small pool of values makes ties likely; extremes test overflow.
-    pool = draw(st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5, 1e4, -1e4, 37.25, 1e-6]), min_size=1,
-                         max_size=4))
+    pool = draw(st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5, 1e4, -1e4, 37.25, 1e-6, 500.0, 500.0001]),
+                         min_size=1, max_size=4))
     scores = draw(st.lists(st.one_of(st.sampled_from(pool), st.floats(-1e4, 1e4, allow_nan=False)),
                            min_size=b * n, max_size=b * n))
     labels = draw(st.lists(st.integers(0, 4), min_size=b * n, max_size=b * n))
     if draw(st.booleans()):
         labels = [0] * (b * n)
     mask = draw(st.lists(st.booleans(), min_size=b * n, max_size=b * n))
-    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
-    log_tau = draw(st.floats(-3, 2))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]))
+    # The gradients grow like 1/tau at ties; in half precision they would exceed float16's largest
+    # number (65504) below tau ~ 1e-2, which no computation in float32 can undo.
+    half = dtype in (torch.float16, torch.bfloat16)
+    log_tau = draw(st.floats(-2 if half else -8, 2))
     k = draw(st.sampled_from([None, 1, 3]))
     return (torch.tensor(scores, dtype=dtype).reshape(b, n), torch.tensor(labels, dtype=dtype).reshape(b, n),
             torch.tensor(mask).reshape(b, n), 10.0 ** log_tau, k)

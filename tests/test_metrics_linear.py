@@ -175,3 +175,11 @@ def test_batched_padded_queries_against_the_references():
         z = z_ref(y.tolist())
         assert (math.isnan(norm[q].item()) if z == 0 else norm[q].item() == pytest.approx(r / z, rel=1e-15))
     assert got[4].item() == 0.0 and got[5].item() == 0.0
+
+
+def test_float64_sums_run_on_the_cpu_for_a_device_without_float64():
+    from smoothrank.metrics.linear import _float64_device
+
+    assert _float64_device(torch.device("mps")) == torch.device("cpu")  # MPS has no float64
+    assert _float64_device(torch.device("cpu")) == torch.device("cpu")
+    assert _float64_device(torch.device("cuda", 1)) == torch.device("cuda", 1)

@@ -164,6 +164,10 @@ def concat_datasets(datasets: Sequence[Dataset], *, source: str | None = None) -
 
     Every part must have the same number of features. Rows keep their source line numbers, so
     ``source`` (default: the parts' sources joined by ``" + "``) names several files.
+
+    Lists are never merged across parts: a query id present in two parts (a split by document,
+    or the ids ``"0", "1", ...`` numbered per file from ``.query`` side files) stays two lists,
+    as each part gave them to training. Query ids are therefore unique only within a part.
     """
     parts = list(datasets)
     if not parts:

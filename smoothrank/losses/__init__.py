@@ -15,6 +15,7 @@ from smoothrank.losses.listwise import approx_ndcg, list_mle, list_net
 from smoothrank.losses.neural import neural_ndcg, neural_ndcg_transposed
 from smoothrank.losses.pairwise import lambda_rank, rank_net
 from smoothrank.losses.pointwise import rmse
+from smoothrank.losses.softrank import soft_ndcg
 
 for _name, _fn in (("neural_ndcg", neural_ndcg), ("neural_ndcg_transposed", neural_ndcg_transposed),
                    ("approx_ndcg", approx_ndcg), ("list_net", list_net), ("list_mle", list_mle),
@@ -36,4 +37,5 @@ __all__ = [
     "rank_net",
     "register",
     "rmse",
+    "soft_ndcg",
 ]

@@ -8,6 +8,15 @@ Behaviour common to every loss (documented once here):
   zero gradient, and ``backward()`` works even when the whole batch is such queries.
 * ``reduction="none"`` returns the per-query losses, shape (batch,); ``"sum"`` their sum;
   ``"mean"`` their sum divided by the number of informative queries (0 if there are none).
+* Inputs are checked at the real positions: NaN or infinite scores, non-finite labels, an empty
+  list (list_size 0), and, for the NDCG-based losses, gains that are negative or not finite and
+  discounts that are not finite are errors naming the argument. Padded positions may hold
+  anything. A negative label is a real label (padding is the mask, never a sentinel label): the
+  pairwise, listwise and pointwise losses take it as it is, and the NDCG-based ones need a gain
+  that maps it to a gain >= 0 (e.g. ``gain={-1: 0, 0: 0, 1: 1, 2: 3}``).
+* float16 and bfloat16 scores are computed in float32 and the loss is returned in float32, as
+  ``torch.autocast`` does for losses: a half-precision exponential or pair difference overflows
+  long before the scores do, and a float16 loss scaled by a gradient scaler would overflow too.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ import torch
 from torch import Tensor
 
 from smoothrank import gains as _gains
+from smoothrank._checks import check_k, check_mask, check_positive
 from smoothrank.errors import SmoothrankError
+from smoothrank.metrics import _ranking as _metric_inputs
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -26,37 +37,44 @@ REDUCTIONS = ("mean", "sum", "none")
 def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, Tensor]:
     """Validate and normalise ``(scores, labels, mask)`` to 2-D tensors on the scores' device.
 
-    1-D inputs are one query. Labels are cast to the scores' floating dtype. Padded positions may
-    hold any label (even NaN): they are replaced by 0 so that nothing non-finite leaks into sums.
+    1-D inputs are one query. Labels are cast to the scores' floating dtype (float32 for
+    half-precision scores, which are cast too). Padded positions may hold any label (even NaN):
+    they are replaced by 0 so that nothing non-finite leaks into sums.
     """
     if not isinstance(scores, Tensor):
         raise SmoothrankError(f"scores: expected a torch.Tensor, got {type(scores).__name__}")
     if not scores.is_floating_point():
         raise SmoothrankError(f"scores: expected a floating dtype, got {scores.dtype}")
-    labels = torch.as_tensor(labels, device=scores.device)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()
+    try:
+        labels = torch.as_tensor(labels, device=scores.device)
+    except (TypeError, ValueError, RuntimeError):
+        raise SmoothrankError(f"labels: expected numbers, got {type(labels).__name__}") from None
     if scores.dim() == 1:
         scores = scores.unsqueeze(0)
         labels = labels.unsqueeze(0) if labels.dim() == 1 else labels
         mask = mask.unsqueeze(0) if isinstance(mask, Tensor) and mask.dim() == 1 else mask
     if scores.dim() != 2:
         raise SmoothrankError(f"scores: expected shape (batch, list_size), got {tuple(scores.shape)}")
+    if scores.shape[-1] == 0:
+        raise SmoothrankError("scores: empty list (list_size 0)")
     if labels.shape != scores.shape:
         raise SmoothrankError(f"labels: shape {tuple(labels.shape)} differs from scores "
                               f"{tuple(scores.shape)}")
-    if mask is None:
-        mask = torch.ones_like(scores, dtype=torch.bool)
-    else:
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise SmoothrankError("mask: expected a boolean torch.Tensor (True = real item)")
-        if mask.shape != scores.shape:
-            raise SmoothrankError(f"mask: shape {tuple(mask.shape)} differs from scores "
-                                  f"{tuple(scores.shape)}")
-        mask = mask.to(scores.device)
+    mask = check_mask(mask, scores)
+    if labels.is_complex():
+        raise SmoothrankError(f"labels: expected real numbers, got {labels.dtype}")
     labels = labels.to(scores.dtype)
-    if bool(torch.isnan(scores.detach()[mask]).any()):
+    real_scores = scores.detach()[mask]
+    if bool(torch.isnan(real_scores).any()):
         raise SmoothrankError("scores: NaN at a real (unmasked) position")
-    if not bool(torch.isfinite(labels[mask]).all()):
+    if bool(torch.isinf(real_scores).any()):
+        raise SmoothrankError("scores: infinite value at a real (unmasked) position")
+    real_labels = labels[mask]
+    if not bool(torch.isfinite(real_labels).all()):
         raise SmoothrankError("labels: non-finite value at a real (unmasked) position")
+
     labels = torch.where(mask, labels, torch.zeros_like(labels))
     # Padded scores may be anything (inf, NaN): replace them so no arithmetic sees them; the
     # replacement is outside the graph of the real items.
@@ -70,22 +88,7 @@ def check_reduction(reduction: Any) -> str:
     return reduction
 
 
-def check_k(k: Any) -> int | None:
-    if k is None:
-        return None
-    if isinstance(k, bool) or int(k) != k or k < 1:
-        raise SmoothrankError(f"k: must be a positive integer or None, got {k!r}")
-    return int(k)
-
-
-def check_positive(value: Any, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SmoothrankError(f"{name}: must be a positive number, got {value!r}") from None
-    if not (v > 0 and v != float("inf")):
-        raise SmoothrankError(f"{name}: must be a positive finite number, got {value!r}")
-    return v
+__all__ = ["check_k", "check_positive"]  # re-exported: the losses' option checks
 
 
 def check_gain_discount(gain: Any, discount: Any) -> None:
@@ -100,15 +103,14 @@ def check_gain_discount(gain: Any, discount: Any) -> None:
 
 def real_gains(labels: Tensor, mask: Tensor, gain: Any) -> Tensor:
     """Gains of the real items, 0 at padded positions (the gain is never evaluated on padding,
-    so a mapping need not cover the filler label)."""
-    try:
-        g_real = _gains.gain(labels[mask], gain)
-    except SmoothrankError:
-        raise
-    except ValueError as err:
-        raise SmoothrankError(str(err)) from None
-    g = torch.zeros_like(labels)
-    g[mask] = torch.as_tensor(g_real, dtype=labels.dtype, device=labels.device)
+    so a mapping need not cover the filler label). As for the metrics: a callable must be
+    elementwise and every real gain finite (``2^200 - 1`` overflows float32); and >= 0, since
+    NDCG with a negative gain (``2^-1 - 1`` for a label -1) is no longer a normalised metric."""
+    g = _metric_inputs.real_gains(labels, mask, gain)
+    if bool((g < 0).any()):
+        label = labels[g < 0].min().item()
+        raise SmoothrankError(f"gain: label {label:g} has a negative gain; the NDCG-based losses need gains "
+                              ">= 0 (map negative labels with a gain mapping, e.g. gain={-1: 0, 0: 0, 1: 1})")
     return g
 
 
@@ -124,8 +126,12 @@ def rank_discounts(mask: Tensor, discount: Any, k: int | None, dtype: torch.dtyp
     except ValueError as err:
         raise SmoothrankError(str(err)) from None
     d = torch.as_tensor(d, dtype=dtype, device=mask.device)
-    limit = m if k is None else m.clamp(max=k)
-    return torch.where(ranks <= limit.to(dtype), d, torch.zeros_like(d))
+    if d.shape != ranks.shape:
+        raise SmoothrankError("discount: a callable discount must be elementwise (same shape in and out)")
+    used = ranks <= (m if k is None else m.clamp(max=k)).to(dtype)
+    if not bool(torch.isfinite(d[used]).all()):
+        raise SmoothrankError("discount: the discount of some rank is not finite")
+    return torch.where(used, d, torch.zeros_like(d))
 
 
 def ideal_dcg(gains: Tensor, mask: Tensor, discounts: Tensor) -> Tensor:

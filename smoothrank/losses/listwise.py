@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from smoothrank.errors import SmoothrankError
+from smoothrank._checks import check_generator
 from smoothrank.losses import _common as C
 
 
@@ -38,14 +38,6 @@ def list_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     return C.reduce(per_query, valid, reduction)
 
 
-def _generator(generator: Any) -> torch.Generator | None:
-    if generator is None or isinstance(generator, torch.Generator):
-        return generator
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        return torch.Generator().manual_seed(generator)
-    raise SmoothrankError(f"generator: expected a torch.Generator, an int seed or None, got {generator!r}")
-
-
 def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
              generator: torch.Generator | int | None = None) -> Tensor:
     r"""ListMLE: minus the Plackett-Luce log-likelihood of a label-sorted permutation (Xia et al. 2008).
@@ -58,7 +50,7 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     breaks ties the same way).
     """
     C.check_reduction(reduction)
-    gen = _generator(generator)
+    gen = check_generator(generator)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
     valid = C.has_relevant(labels, mask)
     b, n = scores.shape

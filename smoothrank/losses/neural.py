@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from smoothrank import sorting
-from smoothrank.errors import SmoothrankError
+from smoothrank._checks import check_bool, check_generator, check_nonnegative, check_positive_int
 from smoothrank.losses import _common as C
 
 
@@ -21,16 +21,11 @@ def _check_options(temperature: Any, k: Any, sinkhorn: Any, stochastic: Any, n_s
     C.check_positive(beta, "beta")
     C.check_reduction(reduction)
     C.check_gain_discount(gain, discount)
-    if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 1:
-        raise SmoothrankError(f"n_samples: must be a positive integer, got {n_samples!r}")
-    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
-        raise SmoothrankError(f"max_iter: must be a positive integer, got {max_iter!r}")
-    if not float(tol) >= 0:
-        raise SmoothrankError(f"tol: must be >= 0, got {tol!r}")
-    if not isinstance(stochastic, bool):
-        raise SmoothrankError(f"stochastic: expected a bool, got {stochastic!r}")
-    if not isinstance(sinkhorn, bool):
-        raise SmoothrankError(f"sinkhorn: expected a bool, got {sinkhorn!r}")
+    check_positive_int(n_samples, "n_samples")
+    check_positive_int(max_iter, "max_iter")
+    check_nonnegative(tol, "tol")
+    check_bool(stochastic, "stochastic")
+    check_bool(sinkhorn, "sinkhorn")
     return C.check_k(k)
 
 
@@ -64,7 +59,8 @@ def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, tempera
         s_count, (b, n) = int(n_samples), scores.shape
         # Sample-major (sample, batch) layout, flattened; masks, gains and discounts are expanded
         # in the same layout so that every sample of query b uses query b's padding.
-        perturbed = sorting.gumbel_perturb(scores, n_samples=s_count, beta=float(beta), generator=generator)
+        perturbed = sorting.gumbel_perturb(scores, n_samples=s_count, beta=float(beta),
+                                           generator=check_generator(generator))
 
         def expand(x: Tensor) -> Tensor:
             return x.unsqueeze(0).expand(s_count, *x.shape).reshape(s_count * b, n)
@@ -96,7 +92,8 @@ def neural_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     mask : bool Tensor (batch, n), optional; True = real item, padding anywhere in a row.
     reduction : "mean" | "sum" | "none"; see :mod:`smoothrank.losses._common` (queries without a
         relevant document contribute 0 with zero gradient and are not counted by "mean").
-    temperature : tau > 0. As tau -> 0 the loss tends to minus the exact NDCG@k (ties in input order).
+    temperature : tau > 0. As tau -> 0 the loss tends to minus the exact NDCG@k; exactly tied
+        scores share their ranks evenly (the mean NDCG of their orders).
     k : cutoff, None = the whole list.
     sinkhorn : scale P-hat to doubly stochastic (max_iter iterations or until every real row and
         column sum is within tol of one; the paper's 30 and 1e-6).

@@ -116,7 +116,8 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     (and the opposite sign for the lower item). Truncation at k keeps every pair with
     an item in the top k, including a relevant document at rank k+1 below an irrelevant one in the
     top k. The per-query value is a sum over pairs (already normalised by IDCG@k); queries without
-    a relevant document contribute 0.
+    a relevant document, or without a pair of different labels, contribute 0 and are not counted
+    by ``reduction="mean"``.
     """
     sigma = C.check_positive(sigma, "sigma")
     k = C.check_k(k)
@@ -134,6 +135,7 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     delta = ((g.unsqueeze(-1) - g.unsqueeze(-2)).abs() * (d_item.unsqueeze(-1) - d_item.unsqueeze(-2)).abs()
              / ideal_safe)
     pairs = _pairs(labels, mask)
+    valid = valid & pairs.any(-1).any(-1)  # all labels equal: no pair, not counted by "mean"
     weights = torch.where(pairs, delta, torch.zeros_like(delta))
     per_query = _weighted_pair_cost(scores, weights, sigma)
     return C.reduce(per_query, valid, reduction)

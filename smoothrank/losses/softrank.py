@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from smoothrank.errors import SmoothrankError
+from smoothrank._checks import check_bool
 from smoothrank.losses import _common as C
 from smoothrank.losses._registry import register
 from smoothrank.softrank.api import check_method, check_n_exact, soft_rank
@@ -71,9 +70,8 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
     check_method(method)
     check_n_exact(n_exact)
     C.check_gain_discount(gain, discount)
+    check_bool(sinkhorn, "sinkhorn")
     scores, labels, mask = C.check_inputs(scores, labels, mask)
-    if not bool(torch.isfinite(scores.detach()[mask]).all()):
-        raise SmoothrankError("scores: infinite value at a real (unmasked) position")
     n = scores.shape[-1]
     g = C.real_gains(labels, mask, gain)
     disc = C.rank_discounts(mask, discount, k, scores.dtype)  # (batch, n), zero beyond min(k, n_b)

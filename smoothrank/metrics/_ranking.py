@@ -49,11 +49,13 @@ def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> t
         if not dtype.is_floating_point:
             raise SmoothrankError(f"dtype: expected a floating dtype, got {dtype}")
         return dtype
-    # Follow the inputs; float64 wins so that exact inputs are never rounded.
+    # Follow the inputs; float64 wins so that exact inputs are never rounded. Half precision is
+    # widened to float32: it cannot even count ranks past 256 (bfloat16) or 2048 (float16).
     candidates = [t.dtype for t in (scores, labels) if t.is_floating_point()]
     if torch.float64 in candidates:
         return torch.float64
-    return candidates[0] if candidates else torch.get_default_dtype()
+    chosen = candidates[0] if candidates else torch.get_default_dtype()
+    return torch.float32 if chosen in (torch.float16, torch.bfloat16) else chosen
 
 
 def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | None = None) -> Prepared:

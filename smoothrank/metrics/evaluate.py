@@ -163,6 +163,8 @@ def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iter
     y = np.asarray(labels, dtype=np.float64).reshape(-1)
     if s.shape != y.shape:
         raise SmoothrankError(f"scores: {s.shape[0]} scores for {y.shape[0]} labels")
+    if doc_ids is not None and len(doc_ids) != s.shape[0]:
+        raise SmoothrankError(f"doc_ids: {len(doc_ids)} document ids for {s.shape[0]} scores")
     if conv.docno_ties and doc_ids is not None:
         perm = docno_descending_order(doc_ids, offsets)
         s, y = s[perm], y[perm]

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from smoothrank._devices import has_float64
 from smoothrank.errors import SmoothrankError
 from smoothrank.metrics import _ranking as R
 from smoothrank.metrics.ndcg import EMPTY, _dcg_and_ideal
@@ -81,7 +82,8 @@ def pairwise_error(scores: Any, labels: Any, *, mask: Any = None, normalize: boo
     order of tied scores (higher label first), where tied pairs cost nothing either. That is a
     sort per query, O(n log n), batched on the inputs' device. Scores and labels are taken in
     ``dtype`` (default: the inputs' floating dtype), the sums are accumulated in float64 (exact
-    for integer labels while n^2 * max label < 2^53), and the result is returned in ``dtype``.
+    for integer labels while n^2 * max label < 2^53), and the result is returned in ``dtype`` on
+    the inputs' device. On a device without float64 (Apple's MPS) the sums run on the CPU.
     ``Z`` (pairs with different labels) comes from the sorted labels the same way.
 
     With ``normalize=True`` a query with Z = 0 (all labels equal) is NaN and skipped by the
@@ -91,13 +93,20 @@ def pairwise_error(scores: Any, labels: Any, *, mask: Any = None, normalize: boo
     if not isinstance(normalize, bool):
         raise SmoothrankError(f"normalize: expected True or False, got {normalize!r}")
     p = R.prepare(scores, labels, mask, dtype=dtype)
-    wide = R.Prepared(p.scores.to(torch.float64), p.labels.to(torch.float64), p.mask, p.one_query)
+    where = _float64_device(p.scores.device)
+    wide = R.Prepared(p.scores.to(where, torch.float64), p.labels.to(where, torch.float64), p.mask.to(where),
+                      p.one_query)
     value, ideal, _ = _dcg_and_ideal(wide, k=None, gain="linear", discount="linear", ties="optimistic")
     out = (ideal - value).clamp_min(0.0)  # >= 0 in exact arithmetic; real labels may round below
     if normalize:
         z = _pair_counts(wide.labels, wide.mask)
         out = torch.where(z > 0, out / z.clamp_min(1.0), torch.full_like(out, float("nan")))
-    return R.reduce(out.to(p.scores.dtype), reduction, one_query=p.one_query)
+    return R.reduce(out.to(p.scores.device, p.scores.dtype), reduction, one_query=p.one_query)
+
+
+def _float64_device(device: torch.device) -> torch.device:
+    """Where float64 sums can run: the inputs' device, or the CPU for one without float64 (MPS)."""
+    return device if has_float64(device) else torch.device("cpu")
 
 
 def _pair_counts(labels: Tensor, mask: Tensor) -> Tensor:

@@ -90,7 +90,8 @@ def dcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, gai
         ``"zero"``: a query with fewer than ``k`` real items scores 0.
     reduction : {"mean", "sum", "none"}
     dtype : torch.dtype, optional
-        Computation dtype (default: follow the inputs; pass ``torch.float64`` for exact values).
+        Computation dtype (default: follow the inputs, float16 and bfloat16 widened to float32;
+        pass ``torch.float64`` for exact values).
 
     Returns
     -------

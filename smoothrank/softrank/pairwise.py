@@ -17,6 +17,7 @@ import math
 import torch
 from torch import Tensor
 
+from smoothrank._checks import check_mask
 from smoothrank.errors import SmoothrankError
 
 
@@ -33,11 +34,7 @@ def check_sigma(sigma: float) -> float:
 
 def default_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
     """The boolean mask (True = real item), all True when ``mask`` is None; checks the shape."""
-    if mask is None:
-        return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
-    if mask.shape != scores.shape:
-        raise SmoothrankError(f"mask: shape {tuple(mask.shape)} differs from scores {tuple(scores.shape)}")
-    return mask.to(device=scores.device, dtype=torch.bool)
+    return check_mask(mask, scores)
 
 
 def pair_mask(mask: Tensor) -> Tensor:

@@ -185,13 +185,17 @@ def _fft_forward(pi: Tensor, n_ranks: int) -> tuple[Tensor, Tensor]:
     for block in _fft_blocks(rows.shape[0], n_i, z.shape[0], pi.device):
         terms = torch.log(1.0 + rows[block, :, None] * z)
         transform[block] = torch.exp(terms.sum(1))
-    transform = transform.reshape(batch, n_j, -1)
+    transform = transform.reshape(batch, n_j, z.shape[0])
+    if transform.numel() == 0:  # an empty batch: the FFT libraries refuse zero-length batches
+        return pi.new_zeros(batch, n_j, n_ranks), transform
     p = torch.fft.irfft(transform, n=n_points)[..., :n_ranks]
     return p.to(pi.dtype), transform
 
 
 def _fft_backward(pi: Tensor, transform: Tensor, grad_p: Tensor) -> Tensor:
     batch, n_i, n_j = pi.shape
+    if pi.numel() == 0:
+        return torch.zeros_like(pi)
     n_points = _fft_points(n_i)
     z, weight = _fft_frequencies(n_points, pi.dtype, pi.device)
     # G_j(k) = sum_r g_j(r) w^(k r): the conjugate of the (real) incoming gradient's DFT

@@ -1,0 +1,84 @@
+"""Argument checks shared by the functional core (sorting, losses, SoftRank).
+
+Each returns the normalised value or raises :class:`~smoothrank.errors.SmoothrankError` naming
+the argument, whatever the bad value is (None, a string, NaN, inf): never a TypeError or
+OverflowError from deep inside.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from smoothrank.errors import SmoothrankError
+
+
+def check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise SmoothrankError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
+def _as_float(value: Any, name: str, expected: str) -> float:
+    if isinstance(value, bool | str | bytes):  # float("3") would pass a string from a config
+        raise SmoothrankError(f"{name}: {expected}, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise SmoothrankError(f"{name}: {expected}, got {value!r}") from None
+
+
+def check_positive(value: Any, name: str) -> float:
+    """A finite number > 0 (temperatures, sigmas, scales)."""
+    v = _as_float(value, name, "must be a positive number")
+    if not (v > 0 and math.isfinite(v)):
+        raise SmoothrankError(f"{name}: must be a positive finite number, got {value!r}")
+    return v
+
+
+def check_nonnegative(value: Any, name: str) -> float:
+    """A finite number >= 0 (tolerances)."""
+    v = _as_float(value, name, "must be a number >= 0")
+    if not (v >= 0 and math.isfinite(v)):
+        raise SmoothrankError(f"{name}: must be a finite number >= 0, got {value!r}")
+    return v
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """An integer >= 1 (3.0 is accepted as 3; True, 2.5, NaN and inf are not)."""
+    v = _as_float(value, name, "must be a positive integer")
+    if not (math.isfinite(v) and v == int(v) and v >= 1):
+        raise SmoothrankError(f"{name}: must be a positive integer, got {value!r}")
+    return int(v)
+
+
+def check_k(k: Any) -> int | None:
+    """A cutoff: a positive integer, or None for the whole list."""
+    if k is None:
+        return None
+    try:
+        return check_positive_int(k, "k")
+    except SmoothrankError:
+        raise SmoothrankError(f"k: must be a positive integer or None, got {k!r}") from None
+
+
+def check_mask(mask: Any, scores: torch.Tensor, *, name: str = "scores") -> torch.Tensor:
+    """The boolean mask (True = real item) on the scores' device; all True when ``mask`` is None."""
+    if mask is None:
+        return torch.ones_like(scores, dtype=torch.bool)
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise SmoothrankError("mask: expected a boolean torch.Tensor (True = real item)")
+    if mask.shape != scores.shape:
+        raise SmoothrankError(f"mask: shape {tuple(mask.shape)} differs from {name} {tuple(scores.shape)}")
+    return mask.to(scores.device)
+
+
+def check_generator(generator: Any) -> torch.Generator | None:
+    """A ``torch.Generator``, None, or an int seed (a fresh CPU generator seeded with it)."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        return torch.Generator().manual_seed(generator)
+    raise SmoothrankError(f"generator: expected a torch.Generator, an int seed or None, got {generator!r}")

@@ -1,0 +1,242 @@
+"""Numerical limits and argument checks of the functional core, one regression test per defect
+found by probing the API: near-tied scores at tiny temperatures, infinities, negative gains,
+empty lists and batches, half precision, and arguments of the wrong kind."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from smoothrank import losses, metrics, softrank, sorting
+from smoothrank.errors import SmoothrankError
+
+F64 = torch.float64
+ALL_LOSSES = ["neural_ndcg", "neural_ndcg_transposed", "soft_ndcg", "approx_ndcg", "rank_net", "lambda_rank",
+              "list_net", "list_mle", "rmse"]
+GAIN_LOSSES = ["neural_ndcg", "neural_ndcg_transposed", "soft_ndcg", "approx_ndcg", "lambda_rank"]
+
+
+# ----------------------------------------------------------------- NeuralSort at tiny temperatures
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed"])
+@pytest.mark.parametrize("sinkhorn", [True, False])
+def test_near_tied_float32_scores_at_a_tiny_temperature_give_the_exact_ndcg(name, sinkhorn):
+    # 500 and 500.0001 differ by 6e-5 in float32, less than the rounding of float32 NeuralSort
+    # logits (m * range * 6e-8 ~ 6e-4): there one item took two ranks, another none, the loss was
+    # -0.23 instead of -0.67 and the gradient NaN. The logits are now formed in float64.
+    s = torch.tensor([[-1000.0, 0.0, 1000.0, 500.0, 500.0001]], requires_grad=True)
+    y = torch.tensor([[1.0, 0, 0, 1, 2]])
+    loss = losses.get(name, temperature=1e-6, sinkhorn=sinkhorn)(s, y)
+    loss.backward()
+    exact = metrics.ndcg(s.detach().double(), y.double()).item()
+    assert loss.item() == pytest.approx(-exact, abs=1e-6)
+    assert torch.isfinite(s.grad).all()
+    p_hat = sorting.neural_sort(s.detach(), temperature=1e-6)
+    torch.testing.assert_close(p_hat.sum(-2), torch.ones(1, 5))  # every item keeps one rank
+
+
+def test_neural_ndcg_matches_exact_ndcg_on_wide_float32_scores_at_tiny_temperatures():
+    # Random N(0, 1e4) scores, 8 x 200 with 80% real: with float32 logits this batch (seed 0, like
+    # 6 of the first 40 seeds) had NaN gradients and a loss 5e-3 away from -NDCG.
+    gen = torch.Generator().manual_seed(0)
+    s = (torch.randn(8, 200, generator=gen) * 1e4).requires_grad_()
+    y = torch.randint(0, 3, (8, 200), generator=gen).float()
+    mask = torch.rand(8, 200, generator=gen) < 0.8
+    exact = metrics.ndcg(s.detach().double(), y.double(), mask=mask).item()
+    for tau in (1e-8, 1e-6, 1e-5):
+        s.grad = None
+        loss = losses.neural_ndcg(s, y, mask=mask, temperature=tau)
+        loss.backward()
+        assert loss.item() == pytest.approx(-exact, abs=1e-6), tau
+        assert torch.isfinite(s.grad).all(), tau
+
+
+def test_neural_ndcg_with_huge_scores_and_a_tiny_temperature_is_finite():
+    s = torch.tensor([[1e30, -1e30, 0.0, 3e29, -1e30]], requires_grad=True)
+    y = torch.tensor([[2.0, 0, 1, 0, 0]])
+    loss = losses.neural_ndcg(s, y, temperature=1e-8)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(s.grad).all()
+
+
+# ------------------------------------------------------------------------------ half precision
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ALL_LOSSES)
+def test_half_precision_scores_are_computed_and_returned_in_float32(name, dtype):
+    s = torch.tensor([[1.25, -1.05, -1.38, 1.5, -0.09, 2.84]], dtype=dtype, requires_grad=True)
+    y = torch.tensor([[2.0, 2, 0, 0, 1, 2]])
+    options = {"generator": 0} if name == "list_mle" else {}  # the same random tie-break
+    loss = losses.get(name, **options)(s, y)
+    want = losses.get(name, **options)(s.detach().float(), y)
+    assert loss.dtype == torch.float32
+    assert loss.item() == want.item()  # the same computation, on the same (exactly widened) scores
+    loss.backward()
+    assert s.grad.dtype == dtype and torch.isfinite(s.grad).all()
+
+
+def test_half_precision_pairwise_losses_do_not_overflow():
+    s = torch.tensor([[60000.0, 0.0, -60000.0]], dtype=torch.float16, requires_grad=True)
+    y = torch.tensor([[0.0, 1, 2]])
+    for name in ("rank_net", "lambda_rank", "list_net", "list_mle", "neural_ndcg"):
+        loss = losses.get(name)(s, y)
+        (g,) = torch.autograd.grad(loss, s)
+        assert torch.isfinite(loss), name
+        assert torch.isfinite(g).all(), name
+
+
+# ---------------------------------------------------------------------- scores, labels and gains
+@pytest.mark.parametrize("name", ALL_LOSSES)
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+def test_infinite_scores_at_real_positions_are_an_error(name, value):
+    s = torch.tensor([[value, 0.0, 1.0]])
+    with pytest.raises(SmoothrankError, match="scores: infinite value at a real"):
+        losses.get(name)(s, torch.tensor([[1.0, 0, 2]]))
+    # ...and are ignored at padded positions.
+    loss = losses.get(name)(s, torch.tensor([[1.0, 0, 2]]), mask=torch.tensor([[False, True, True]]))
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("name", GAIN_LOSSES)
+def test_ndcg_losses_refuse_negative_gains_and_take_a_gain_mapping(name):
+    s = torch.tensor([[0.3, 0.2, 0.1]])
+    y = torch.tensor([[2.0, -1.0, 1.0]])
+    with pytest.raises(SmoothrankError, match="label -1 has a negative gain"):
+        losses.get(name)(s, y)
+    mapped = losses.get(name, gain={-1: 0.0, 0: 0.0, 1: 1.0, 2: 3.0})(s, y)
+    clipped = losses.get(name)(s, y.clamp_min(0))  # the same gains: 3, 0, 1
+    assert mapped.item() == pytest.approx(clipped.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["rank_net", "list_net", "list_mle", "rmse"])
+def test_losses_without_gains_take_negative_labels(name):
+    loss = losses.get(name)(torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[2.0, -1.0, 1.0]]))
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("name", GAIN_LOSSES)
+def test_ndcg_losses_refuse_gains_and_discounts_that_are_not_finite_or_not_elementwise(name):
+    s, y = torch.tensor([[0.1, 0.2, 0.3]]), torch.tensor([[200.0, 0, 1]])
+    with pytest.raises(SmoothrankError, match="gain: the gain of some label is not finite"):
+        losses.get(name)(s, y)  # 2^200 - 1 overflows float32
+    y = torch.tensor([[2.0, 0, 1]])
+    with pytest.raises(SmoothrankError, match="gain: the gain of some label is not finite"):
+        losses.get(name, gain=lambda v: v / 0)(s, y)
+    with pytest.raises(SmoothrankError, match="gain: a callable gain must be elementwise"):
+        losses.get(name, gain=lambda v: v.sum())(s, y)
+    if name != "approx_ndcg":  # ApproxNDCG evaluates its discount at smoothed ranks, not rank numbers
+        with pytest.raises(SmoothrankError, match="discount: a callable discount must be elementwise"):
+            losses.get(name, discount=lambda r: r[..., :1])(s, y)
+        with pytest.raises(SmoothrankError, match="discount: the discount of some rank is not finite"):
+            losses.get(name, discount=lambda r: 1.0 / torch.log2(r))(s, y)  # inf at rank 1
+
+
+def test_lambda_rank_mean_counts_only_queries_with_a_pair():
+    s = torch.tensor([[0.1, 0.5, -0.3], [0.2, 0.1, 0.0]])
+    y = torch.tensor([[2.0, 0, 1], [1.0, 1, 1]])  # the second query: relevant, but no pair
+    for name in ("lambda_rank", "rank_net"):
+        per_query = losses.get(name)(s, y, reduction="none")
+        assert per_query[1].item() == 0.0
+        assert losses.get(name)(s, y).item() == pytest.approx(per_query[0].item(), rel=1e-6), name
+
+
+@pytest.mark.parametrize("name", ALL_LOSSES)
+def test_an_empty_list_is_an_error_naming_it(name):
+    with pytest.raises(SmoothrankError, match=r"scores: empty list \(list_size 0\)"):
+        losses.get(name)(torch.zeros(2, 0), torch.zeros(2, 0))
+
+
+@pytest.mark.parametrize("backend", ["torch", "fft"])
+def test_an_empty_batch_backpropagates_with_every_softrank_backend(backend):
+    s = torch.zeros(0, 6, requires_grad=True)
+    loss = losses.get("soft_ndcg", backend=backend)(s, torch.zeros(0, 6))
+    loss.backward()
+    assert loss.item() == 0.0 and s.grad.shape == (0, 6)
+    assert softrank.soft_rank(torch.zeros(0, 6), backend=backend).shape == (0, 6, 6)
+
+
+# ----------------------------------------------------------------------------- argument checks
+@pytest.mark.parametrize("k", [math.nan, math.inf, "3", True, 2.5, 0])
+@pytest.mark.parametrize("name", ["neural_ndcg", "soft_ndcg", "rank_net", "lambda_rank"])
+def test_bad_cutoffs_name_k(name, k):
+    with pytest.raises(SmoothrankError, match="k: must be a positive integer or None"):
+        losses.get(name, k=k)(torch.zeros(1, 3), torch.ones(1, 3))
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("max_iter", None, "max_iter: must be a positive integer"),
+    ("max_iter", 2.5, "max_iter: must be a positive integer"),
+    ("tol", "x", "tol: must be a number >= 0"),
+    ("tol", math.nan, "tol: must be a finite number >= 0"),
+    ("n_samples", None, "n_samples: must be a positive integer"),
+    ("sinkhorn", "yes", "sinkhorn: expected True or False"),
+])
+def test_bad_neural_ndcg_options_name_the_option(option, value, message):
+    with pytest.raises(SmoothrankError, match=message):
+        losses.neural_ndcg(torch.zeros(1, 3), torch.ones(1, 3), **{option: value})
+
+
+def test_soft_ndcg_sinkhorn_must_be_a_bool():
+    with pytest.raises(SmoothrankError, match="sinkhorn: expected True or False"):
+        losses.get("soft_ndcg", sinkhorn="yes")(torch.zeros(1, 3), torch.ones(1, 3))
+
+
+@pytest.mark.parametrize("name", ["neural_ndcg", "list_mle"])
+def test_generators_are_checked_and_int_seeds_accepted(name):
+    options = {"stochastic": True} if name == "neural_ndcg" else {}
+    fn = getattr(losses, name)
+    s, y = torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[1.0, 1, 0]])
+    with pytest.raises(SmoothrankError, match=r"generator: expected a torch\.Generator, an int seed or None"):
+        fn(s, y, generator="x", **options)
+    assert fn(s, y, generator=5, **options).item() == fn(s, y, generator=5, **options).item()
+
+
+def test_labels_that_are_not_numbers_are_named():
+    with pytest.raises(SmoothrankError, match="labels: expected numbers"):
+        losses.rank_net(torch.zeros(1, 3), "abc")
+
+
+def test_soft_ndcg_is_importable_from_the_package():
+    assert losses.soft_ndcg is losses.softrank.soft_ndcg
+    assert losses.get("soft_ndcg").__wrapped__ is losses.soft_ndcg
+
+
+def test_softrank_masks_must_be_boolean():
+    with pytest.raises(SmoothrankError, match=r"mask: expected a boolean torch\.Tensor"):
+        softrank.soft_rank(torch.zeros(1, 3), mask=torch.tensor([[1, 1, 0]]))
+    with pytest.raises(SmoothrankError, match=r"mask: expected a boolean torch\.Tensor"):
+        softrank.soft_rank(torch.zeros(1, 3), mask=torch.tensor([[1.0, 0.5, 0.0]]))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_sorting_refuses_non_finite_input(bad):
+    with pytest.raises(SmoothrankError, match="scores: NaN or infinite value at a real"):
+        sorting.neural_sort(torch.tensor([[0.0, bad, 1.0]]))
+    with pytest.raises(SmoothrankError, match="matrix: NaN or infinite entry in the real block"):
+        sorting.sinkhorn(torch.tensor([[[1.0, bad], [0.5, 1.0]]]))
+    # Padding may hold anything.
+    mask = torch.tensor([[True, False, True]])
+    assert torch.isfinite(sorting.neural_sort(torch.tensor([[0.0, bad, 1.0]]), mask=mask)).all()
+    padded = torch.tensor([[[1.0, bad], [bad, bad]]])
+    out = sorting.sinkhorn(padded, mask=torch.tensor([[True, False]]))
+    assert torch.isfinite(out).all() and out[0, 0, 0].item() == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------- metrics
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_metrics_count_ranks_exactly_for_half_precision_scores(dtype):
+    # bfloat16 cannot count past 256 nor float16 past 2048: ranks are counted in float32.
+    n, at = 5000, 2049  # the only relevant document sits at rank 2050 (ties keep input order)
+    y = torch.zeros(n)
+    y[at] = 1
+    s = torch.zeros(n, dtype=dtype)
+    assert metrics.precision(s, y, k=at).item() == 0.0
+    assert metrics.ndcg(s, y, k=at).item() == 0.0
+    assert metrics.reciprocal_rank(s, y, k=at).item() == 0.0
+    assert metrics.reciprocal_rank(s, y).item() == pytest.approx(1 / (at + 1), rel=1e-6)
+
+
+def test_evaluate_flat_checks_the_number_of_document_ids():
+    with pytest.raises(SmoothrankError, match="doc_ids: 2 document ids for 3 scores"):
+        metrics.evaluate_flat(np.zeros(3), np.ones(3), offsets=[0, 3], convention="trec", doc_ids=["a", "b"])
