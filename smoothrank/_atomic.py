@@ -3,17 +3,26 @@
 A temporary file in the destination folder is written, flushed to disk and renamed over the
 destination with ``os.replace``: a reader (or a resumed run) sees either the previous complete file
 or the new complete one, never a half-written file, even if the process is killed mid-write.
+
+An existing destination that is neither a regular file nor a directory (``/dev/null``, a FIFO, a
+terminal) is written in place instead: renaming over it would replace the device by a regular
+file (as root, ``--out /dev/null`` would destroy ``/dev/null``), and a stream has no half-written
+state to protect. A symbolic link is written through: its target is replaced, the link is kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from smoothrank.errors import SmoothrankError
 
 
 def _umask() -> int:
@@ -22,28 +31,100 @@ def _umask() -> int:
     return current
 
 
+def _mode(path: Path) -> int | None:
+    """``st_mode`` of what ``path`` points to, or None where nothing can be stat'ed."""
+    try:
+        return os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+
+
+def blocking_file(folder: Path) -> Path | None:
+    """The nearest of ``folder`` and its ancestors that exists, if it is not a directory."""
+    for candidate in (folder, *folder.parents):
+        mode = _mode(candidate)
+        if mode is not None:
+            return None if stat.S_ISDIR(mode) else candidate
+    return None
+
+
+def check_destination(path: str | os.PathLike[str], option: str | None = None) -> Path:
+    """``path`` as a Path, or a :class:`SmoothrankError` naming it (and ``option``, e.g. ``"--out"``)
+    if :func:`atomic_writer` cannot write it: empty, a directory, or in a folder that does not exist.
+
+    The writer itself would fail too, but with errors that name its temporary file; callers taking
+    a path from the user check it first, before any expensive work.
+    """
+    prefix = f"{option}: " if option else ""
+    text = os.fspath(path)
+    if not text:
+        raise SmoothrankError(f"{prefix}empty output path")
+    out = Path(text)
+    mode = _mode(out)
+    if mode is not None and stat.S_ISDIR(mode):
+        raise SmoothrankError(f"{prefix}{out} is a directory, not a file")
+    folder = out.parent
+    folder_mode = _mode(folder)
+    if mode is None and (folder_mode is None or not stat.S_ISDIR(folder_mode)):
+        blocker = blocking_file(folder)
+        why = (f"{blocker} is not a directory" if blocker is not None
+               else f"the folder {folder} does not exist")
+        raise SmoothrankError(f"{prefix}cannot write {out}: {why}")
+    return out
+
+
+def _with_path(err: OSError, path: Path) -> OSError:
+    """``err`` (same type and errno) naming ``path`` instead of the temporary file."""
+    return type(err)(err.errno, err.strerror, str(path))
+
+
+@contextlib.contextmanager
+def _encoded(raw: IO[bytes], path: Path) -> Iterator[IO[bytes]]:
+    """``raw``, gzip-compressed with mtime 0 (byte-reproducible) for a ``.gz`` destination."""
+    if path.suffix == ".gz":
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped:
+            yield zipped
+    else:
+        yield raw
+
+
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     """Yield a binary handle on a temporary file that replaces ``path`` only on success.
 
     A failed write leaves the old file untouched and removes the temporary file. A ``.gz``
     destination is gzip-compressed with mtime 0 (byte-reproducible). The file gets the
-    permissions a plain ``open()`` would give it (``mkstemp`` alone makes it private).
+    permissions a plain ``open()`` would give it (``mkstemp`` alone makes it private). Errors
+    name ``path``, never the temporary file. A device or FIFO is written in place (module docstring).
     """
+    if not os.fspath(path):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "")  # as open("") says
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    mode = _mode(path)
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "wb") as raw, _encoded(raw, path) as handle:
+            yield handle
+        return
     folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as err:
+        raise _with_path(err, path) from None
     try:
         os.chmod(tmp_name, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as raw:
-            if path.suffix == ".gz":
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped:
-                    yield zipped
-            else:
-                yield raw
+            with _encoded(raw, path) as handle:
+                yield handle
             raw.flush()
             os.fsync(raw.fileno())
-        os.replace(tmp_name, path)
+        try:
+            os.replace(tmp_name, path)
+        except OSError as err:
+            raise _with_path(err, path) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)

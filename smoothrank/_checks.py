@@ -58,10 +58,16 @@ def check_k(k: Any) -> int | None:
     """A cutoff: a positive integer, or None for the whole list."""
     if k is None:
         return None
+    if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
+        return min(k, K_LIMIT)  # exact for any int (float() would round or overflow a huge one)
     try:
-        return check_positive_int(k, "k")
+        return min(check_positive_int(k, "k"), K_LIMIT)
     except SmoothrankError:
         raise SmoothrankError(f"k: must be a positive integer or None, got {k!r}") from None
+
+
+# A cutoff beyond every list means the whole list; capped so that torch can hold it (int64).
+K_LIMIT = 2**62
 
 
 def check_mask(mask: Any, scores: torch.Tensor, *, name: str = "scores") -> torch.Tensor:

@@ -240,3 +240,13 @@ def test_metrics_count_ranks_exactly_for_half_precision_scores(dtype):
 def test_evaluate_flat_checks_the_number_of_document_ids():
     with pytest.raises(SmoothrankError, match="doc_ids: 2 document ids for 3 scores"):
         metrics.evaluate_flat(np.zeros(3), np.ones(3), offsets=[0, 3], convention="trec", doc_ids=["a", "b"])
+
+
+def test_a_cutoff_beyond_every_list_is_the_whole_list_however_large():
+    s, y = torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[0.0, 1, 2]])
+    huge = 10**20  # more than int64 holds: it used to overflow inside torch
+    assert metrics.ndcg(s, y, k=huge).item() == metrics.ndcg(s, y).item()
+    assert metrics.evaluate(s, y, metrics=[f"map@{huge}"], convention="trec")[f"map@{huge}"].item() == \
+        pytest.approx(metrics.evaluate(s, y, metrics=["map"], convention="trec")["map"].item())
+    for name in ("neural_ndcg", "soft_ndcg", "rank_net", "lambda_rank"):
+        assert losses.get(name, k=huge)(s, y).item() == losses.get(name)(s, y).item(), name

@@ -3,7 +3,9 @@
 Every module in this package that defines ``add_parser(subparsers)`` contributes one
 sub-command; the parser it adds must set ``func`` (a callable taking the parsed namespace and
 returning an exit status) with ``parser.set_defaults(func=...)``. Discovery keeps the
-sub-commands independent of each other.
+sub-commands independent of each other. A sub-command whose last positional takes any number of
+values (``nargs="*"``) may set ``positionals_anywhere=<its dest>`` too, so that those values may
+also come after options (``train c.yaml --quiet lr=1``), as ``parse_intermixed_args`` allows.
 """
 
 from __future__ import annotations
@@ -39,9 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    # argparse matches a sub-command's positionals once, before its first option, and leaves the
+    # ones after it over; parse_intermixed_args would take them but does not support sub-commands.
+    args, extras = parser.parse_known_args(argv)
+    dest = getattr(args, "positionals_anywhere", None)
+    stray = [a for a in extras if a.startswith("-")] if dest is not None else extras
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extras:
+        setattr(args, dest, [*getattr(args, dest), *extras])
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("method_b", help="method label, e.g. approx_ndcg-car")
     parser.add_argument("--b-out", default=None,
                         help="read method_b from this other experiment output folder (same data)")
-    parser.add_argument("--metrics", default="ndcg@1,ndcg@3,ndcg@5,ndcg@10,map",
-                        help="comma-separated metrics stored by the experiment")
-    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--metrics", default=None,
+                        help="comma-separated metrics stored by the experiment (default: every one stored)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level, in (0, 1)")
     parser.add_argument("--format", default="table", choices=("table", "json"))
     parser.set_defaults(func=run)
 
@@ -36,7 +37,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from smoothrank.experiments.report import compare_methods
 
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    if not 0.0 < args.alpha < 1.0:  # also refuses nan
+        raise CLIError(f"--alpha: expected a number between 0 and 1 (exclusive), got {args.alpha}")
     results = _results(Path(args.out))
     method_b = args.method_b
     if args.b_out is not None:
@@ -48,19 +50,46 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"method_b: no finished run of {args.method_b!r} in {args.b_out}; methods: "
                            f"{sorted({r['method'] for r in results_b})}")
         _check_same_data(results, args.method_a, method_b)
+    metrics = _metrics(args.metrics, results, args.method_a, method_b)
     tests = compare_methods(results, args.method_a, method_b, metrics=metrics)
     if args.format == "json":
-        print(json.dumps({m: {"mean_difference": t.mean_difference, "t": t.statistic, "p_value": t.pvalue,
-                              "n_queries": t.n} for m, t in tests.items()}, indent=2))
+        # Strict JSON has no NaN or infinity: an undefined value (fewer than 2 pairs) is null.
+        print(json.dumps({m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
+                              "p_value": _finite(t.pvalue), "n_queries": t.n} for m, t in tests.items()},
+                         indent=2, allow_nan=False))
         return 0
     print(f"{args.method_a} - {method_b}, paired t-test over test queries (two-sided)")
     print("| metric | mean difference | t | p | queries | significant |")
     print("|---|---|---|---|---|---|")
     for metric, t in tests.items():
         verdict = "yes" if t.significant(args.alpha) else "no"
-        print(f"| {metric} | {t.mean_difference:+.4f} | {t.statistic:.2f} | {t.pvalue:.3g} | {t.n} "
-              f"| {verdict} |")
+        print(f"| {metric} | {_shown(t.mean_difference, '+.4f')} | {_shown(t.statistic, '.2f')} "
+              f"| {_shown(t.pvalue, '.3g')} | {t.n} | {verdict} |")
     return 0
+
+
+def _metrics(text: str | None, results: list[dict[str, Any]], method_a: str,
+             method_b: str) -> list[str] | None:
+    """``--metrics`` as a list, each stored by both methods' runs; None (not given): all stored."""
+    from smoothrank.experiments.report import method_runs, stored_metrics, unstored_metrics_message
+
+    if text is None:
+        return None
+    metrics = [m.strip() for m in text.split(",") if m.strip()]
+    runs_a, runs_b = method_runs(results, method_a, method_b)
+    problem = unstored_metrics_message(metrics, stored_metrics(runs_a + runs_b), method_a, method_b)
+    if problem is not None:
+        raise CLIError(f"--metrics: {problem}")
+    return metrics
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _shown(value: float, spec: str) -> str:
+    # NaN: fewer than 2 query pairs with a value (or none at all): no difference or test to show.
+    return "n/a" if math.isnan(value) else format(value, spec)
 
 
 def _results(out: Path) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from smoothrank.cli import CLIError
 
@@ -30,17 +31,59 @@ def run(args: argparse.Namespace) -> int:
 
     if args.epochs < 1:
         raise CLIError(f"--epochs: expected a positive count, got {args.epochs}")
-    losses = [name.strip() for name in args.losses.split(",") if name.strip()] if args.losses else None
-    run_demo(losses=losses, epochs=args.epochs, seed=args.seed, folds=_parse_folds(args.folds),
+    if not 0 <= args.seed <= _MAX_SEED:
+        raise CLIError(f"--seed: expected an integer in [0, 2**64 - 1], got {args.seed}")
+    losses = _parse_losses(args.losses)
+    folds = _parse_folds(args.folds)
+    _check_run_dir(args.run_dir, losses, folds)
+    run_demo(losses=losses, epochs=args.epochs, seed=args.seed, folds=folds,
              run_root=args.run_dir, quiet=args.quiet)
     return 0
 
 
+_MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most 64 bits
+_FOLDS = range(1, 6)  # MQ2008 Fold1..Fold5
+
+
+def _parse_losses(text: str | None) -> list[str] | None:
+    if text is None:
+        return None  # the defaults
+    losses = [name.strip() for name in text.split(",") if name.strip()]
+    if not losses:
+        raise CLIError(f"--losses: no loss given (got {text!r})")
+    return losses
+
+
 def _parse_folds(text: str) -> list[int]:
     try:
-        if "-" in text:
-            low, high = (int(part) for part in text.split("-", 1))
-            return list(range(low, high + 1))
-        return [int(part) for part in text.split(",") if part.strip()]
+        if "-" not in text:
+            return [int(part) for part in text.split(",") if part.strip()]
+        low, high = (int(part) for part in text.split("-", 1))
     except ValueError:
         raise CLIError(f"--folds: expected e.g. '1', '1,3' or '1-5', got {text!r}") from None
+    # Bounds before expanding: a huge range would not even fit range()'s length.
+    if not _FOLDS.start <= low <= high < _FOLDS.stop:
+        raise CLIError(f"--folds: expected a range within 1-5, got {text!r}")
+    return list(range(low, high + 1))
+
+
+def _check_run_dir(text: str | None, losses: list[str] | None, folds: list[int]) -> None:
+    """Refuse a --run-dir the demo cannot use, before any training: empty, not a folder, or already
+    holding a run the demo would write (run_demo's layout: RUN_DIR/fold<k>/<loss>/)."""
+    if text is None:
+        return  # a temporary folder
+    if not text.strip():
+        raise CLIError("--run-dir: empty path")
+    from smoothrank._atomic import blocking_file
+    from smoothrank.training.demo import DEFAULT_LOSSES
+    from smoothrank.training.trainer import CHECKPOINT
+
+    root = Path(text)
+    blocker = blocking_file(root)
+    if blocker is not None:
+        raise CLIError(f"--run-dir: {blocker} is not a directory")
+    taken = [f"fold{fold}/{loss}" for fold in folds for loss in losses or DEFAULT_LOSSES
+             if (root / f"fold{fold}" / loss / CHECKPOINT).exists()]
+    if taken:
+        raise CLIError(f"--run-dir: {root} already holds demo runs ({', '.join(taken)}); "
+                       "choose another --run-dir or delete it")

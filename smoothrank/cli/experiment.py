@@ -57,8 +57,10 @@ def _workers(text: str, num_threads: int) -> int:
 
 def run(args: Any) -> int:
     from smoothrank.experiments import expand, load_spec, run_experiment, write_reports
-    from smoothrank.experiments.runner import finished_result
+    from smoothrank.experiments.runner import check_out_dir, finished_result
 
+    if args.out is not None and not args.out.strip():
+        raise CLIError("--out: expected a folder path, got an empty one")
     spec = load_spec(args.spec)
     args.workers = _workers(args.workers, spec.num_threads)
     out = Path(args.out) if args.out is not None else Path("runs") / "experiments" / spec.name
@@ -74,6 +76,7 @@ def run(args: Any) -> int:
             exists = (out / ENSEMBLES_DIR / plan.ensemble_id / RESULT_FILE).is_file()
             print(f"{plan.ensemble_id}\tensemble, {'built' if exists else 'to build'}")
         return 0
+    check_out_dir(spec, out)  # a folder of other settings is refused before spec.yaml is replaced
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.spec, out / ".spec.yaml.tmp")
     (out / ".spec.yaml.tmp").replace(out / "spec.yaml")

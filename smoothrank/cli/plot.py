@@ -45,7 +45,9 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: Any) -> int:
     from smoothrank import plots
+    from smoothrank._atomic import check_destination
 
+    check_destination(args.out, "--out")  # before any curve is computed
     needs_source = args.figure in ("curves", "summary", "forest")
     if args.published and args.figure != "forest":
         raise CLIError(f"--published: only for plot forest, not plot {args.figure}")
@@ -91,25 +93,36 @@ def _names(text: str | None, option: str) -> list[str] | None:
 def _published(args: Any) -> dict[str, dict[str, float]]:
     """The published LETOR 4.0 rows, checked to apply: an MQ2008 test split under letor4 (the
     convention is read from the experiment's ``spec.yaml`` beside ``summary.csv``, when there)."""
-    import csv
     from pathlib import Path
 
-    import yaml
-
     from smoothrank.experiments.report import published_baselines
+    from smoothrank.plots.figures import read_summary_rows
 
     if args.split != "test":
         raise CLIError(f"--published: the published rows are test-set values; got --split {args.split}")
-    spec_path = Path(args.source).parent / "spec.yaml"
-    convention = "letor4"
-    if spec_path.is_file():
-        convention = (yaml.safe_load(spec_path.read_text(encoding="utf-8")) or {}).get("convention", "letor4")
+    convention = _spec_convention(Path(args.source).parent / "spec.yaml")
     dataset = args.dataset
     if dataset is None:
-        with open(args.source, encoding="utf-8", newline="") as handle:
-            dataset = next((row.get("dataset") for row in csv.DictReader(handle)), None) or ""
+        dataset = next((row.get("dataset") for row in read_summary_rows(args.source)), None) or ""
     rows = published_baselines([dataset], convention)
     if not rows:
         raise CLIError(f"--published: the published LETOR 4.0 rows are for MQ2008 under the letor4 "
                        f"convention; {args.source} is dataset {dataset!r} under {convention!r}")
     return rows
+
+
+def _spec_convention(spec_path: Any) -> str:
+    """The ``convention`` of the experiment spec beside summary.csv (letor4 without one)."""
+    import yaml
+
+    if not spec_path.is_file():
+        return "letor4"
+    try:
+        spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as err:
+        raise CLIError(f"{spec_path}: unreadable experiment spec ({type(err).__name__})") from None
+    if spec is None:
+        return "letor4"
+    if not isinstance(spec, dict):
+        raise CLIError(f"{spec_path}: not an experiment spec (expected a mapping)")
+    return str(spec.get("convention", "letor4"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from smoothrank.cli import CLIError
 from smoothrank.training.config import load_config
 
 
@@ -19,11 +20,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--run-dir", help="run directory (default: output.run_dir of the config)")
     parser.add_argument("--resume", action="store_true", help="continue the interrupted run in the run dir")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
-    parser.set_defaults(func=run)
+    # KEY=VALUE overrides may also follow the options (see smoothrank.cli.main).
+    parser.set_defaults(func=run, positionals_anywhere="overrides")
 
 
 def run(args: argparse.Namespace) -> int:
     # Validate everything (config, loss options, data files) before the run directory is created.
+    if args.run_dir is not None and not args.run_dir.strip():
+        raise CLIError("--run-dir: expected a directory path, got an empty one")
     config = load_config(args.config, args.overrides)
     from smoothrank.training.trainer import MODEL_FILE, train
 

@@ -23,9 +23,12 @@ large file much faster.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gzip
 import os
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,12 +147,13 @@ def load_letor(
     context = {"source": str(path), "options": options, "query_sizes": sizes,
                "query_source": str(side) if side else None}
     dataset = None
-    if path.stat().st_size >= FAST_MIN_BYTES:
-        with open_binary(path) as handle:
-            dataset = _fast_parse(_file_chunks(handle, _CHUNK_BYTES), **context)
-    if dataset is None:  # small, or something the scanner leaves to the strict parser
-        with open_binary(path) as handle:
-            dataset = _parse_stream(handle, **context)
+    with gzip_errors(path):
+        if path.stat().st_size >= FAST_MIN_BYTES:
+            with open_binary(path) as handle:
+                dataset = _fast_parse(_file_chunks(handle, _CHUNK_BYTES), **context)
+        if dataset is None:  # small, or something the scanner leaves to the strict parser
+            with open_binary(path) as handle:
+                dataset = _parse_stream(handle, **context)
     if key is not None:
         _cache.store_entry(key, _arrays(dataset))
     return dataset
@@ -171,6 +175,19 @@ def parse_letor(
         if dataset is not None:
             return dataset
     return _parse_lines([data.splitlines(keepends=True)], **context)
+
+
+@contextlib.contextmanager
+def gzip_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn a damaged gzip stream read inside the block into a :class:`DataFormatError` naming ``path``.
+
+    gzip only notices truncation or a bad CRC when it reaches the damage (often the very end), so
+    the whole read must be inside the block. Shared with the prediction-file reader of the CLI.
+    """
+    try:
+        yield
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise DataFormatError(f"{path}: corrupt or truncated gzip file ({err})") from None
 
 
 # --------------------------------------------------------------------------------- fast path
@@ -335,7 +352,7 @@ def _find_query_file(path: Path, query_file: str | os.PathLike[str] | None) -> P
 
 
 def _first_line_has_qid(path: Path) -> bool:
-    with open_binary(path) as handle:
+    with gzip_errors(path), open_binary(path) as handle:
         for raw in handle:
             parts = raw.split(b"#", 1)[0].split()
             if parts:

@@ -20,7 +20,13 @@ validation scores instead, so boosters and neural runs are selected by the same 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import io
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,8 +79,9 @@ class GBDTResult:
 
 
 def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = None, *,
-               where: str = "gbdt") -> None:
-    """Raise :class:`ConfigError` (naming ``where``) for an unknown library/objective or reserved params."""
+               where: str = "gbdt", probe: bool = True) -> None:
+    """Raise :class:`ConfigError` (naming ``where``) for an unknown library/objective, reserved params,
+    or, with ``probe``, params the library refuses (see :func:`_params_complaint`)."""
     if library not in GBDT_OBJECTIVES:
         raise ConfigError(f"{where}.library: expected one of {sorted(GBDT_OBJECTIVES)}, got {library!r}")
     if objective not in GBDT_OBJECTIVES[library]:
@@ -84,6 +91,84 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
     if clash:
         raise ConfigError(f"{where}.params: {clash} are set by the harness (use num_boost_round, "
                           "early_stopping_rounds and eval_at instead)")
+    complaint = _params_complaint(library, objective, dict(params or {})) if probe else None
+    if complaint is not None:
+        raise ConfigError(f"{where}.params: {library} refuses them: {complaint}")
+
+
+def _library_errors(module: Any, library: str) -> tuple[type[Exception], ...]:
+    """What the library raises for parameters it refuses (its own error; ValueError/TypeError
+    from its Python side)."""
+    own = module.basic.LightGBMError if library == "lightgbm" else module.core.XGBoostError
+    return own, ValueError, TypeError
+
+
+def _library_message(err: Exception) -> str:
+    """The first line of a library error, without the C++ source location."""
+    line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    line = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", line)  # XGBoost: "[12:00:00] src/learner.cc:806: "
+    return re.sub(r" at \S+, line \d+ \.?$", "", line).strip()  # LightGBM: " at src/x.cpp, line 349 ."
+
+
+def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> str | None:
+    """The library's complaint about ``params`` (None: it takes them), checked without training.
+
+    LightGBM parses and checks its parameters when a Dataset is constructed, XGBoost when a
+    Booster is configured: both take milliseconds on a four-row array. Parameters that depend on
+    the data (e.g. ``monotone_constraints`` against the feature count) are only checked in
+    training. Without the library installed, the run itself reports it.
+    """
+    try:
+        module = _import(library)
+    except SmoothrankError:
+        return None
+    features = np.zeros((4, 1), dtype=np.float32)
+    labels, sizes = np.array([1.0, 0.0, 1.0, 0.0]), np.array([2, 2])
+    # Both libraries print what they raise (or warn of unused keys, which the run warns of again).
+    with _silenced(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if library == "lightgbm":
+                module.Dataset(features, label=labels, group=sizes,
+                               params=_lightgbm_params(objective, params, num_threads=1)).construct()
+            else:
+                data = module.DMatrix(features, label=labels, qid=np.repeat([0, 1], sizes))
+                module.Booster(_xgboost_params(objective, params, num_threads=1), [data]).num_boosted_rounds()
+        except _library_errors(module, library) as err:
+            return _library_message(err)
+    return None
+
+
+@contextlib.contextmanager
+def _silenced() -> Iterator[None]:
+    """No output on stdout or stderr, file descriptors included: LightGBM's C++ writes
+    "[LightGBM] [Fatal] ..." to the stderr descriptor before it raises."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr descriptor: nothing to silence there
+        saved = None
+    try:
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(io.StringIO()):
+            if saved is not None:
+                os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        if saved is not None:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _lightgbm_params(objective: str, params: Mapping[str, Any], *, eval_at: int = 10, seed: int = 0,
+                     num_threads: int = 1) -> dict[str, Any]:
+    return {"objective": objective, "metric": "ndcg", "eval_at": [eval_at], "seed": seed,
+            "deterministic": True, "num_threads": num_threads, "verbosity": -1, **params}
+
+
+def _xgboost_params(objective: str, params: Mapping[str, Any], *, eval_at: int = 10, seed: int = 0,
+                    num_threads: int = 1) -> dict[str, Any]:
+    return {"objective": objective, "eval_metric": f"ndcg@{eval_at}", "seed": seed,
+            "nthread": num_threads, "tree_method": "hist", **params}
 
 
 def _import(library: str) -> Any:
@@ -159,7 +244,7 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
         ``select(valid_scores) -> float`` (higher is better; ``valid_scores`` in ``valid`` row
         order) replaces the library's NDCG@``eval_at`` for early stopping; logged as ``select_name``.
     """
-    check_gbdt(library, objective, params)
+    check_gbdt(library, objective, params, probe=False)  # the library's refusal is caught below
     if num_boost_round < 1:
         raise ConfigError(f"num_boost_round: expected >= 1, got {num_boost_round}")
     if early_stopping_rounds is not None and early_stopping_rounds < 1:
@@ -169,18 +254,24 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
             _check_labels(dataset, split, library=library, objective=objective, params=params or {})
     module = _import(library)
     fit = _fit_lightgbm if library == "lightgbm" else _fit_xgboost
-    return fit(module, train, valid, objective=objective, params=dict(params or {}),
-               num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
-               eval_at=eval_at, seed=seed, num_threads=num_threads, select=select,
-               select_name=select_name)
+    try:
+        return fit(module, train, valid, objective=objective, params=dict(params or {}),
+                   num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
+                   eval_at=eval_at, seed=seed, num_threads=num_threads, select=select,
+                   select_name=select_name)
+    except SmoothrankError:
+        raise
+    except _library_errors(module, library) as err:
+        # What the parameter check above cannot see (data-dependent parameters): a failed run
+        # with the library's message, not a traceback that stops the grid.
+        raise SmoothrankError(f"{library} {objective}: {_library_message(err)}") from None
 
 
 def _fit_lightgbm(lgb: Any, train: Any, valid: Any | None, *, objective: str, params: dict[str, Any],
                   num_boost_round: int, early_stopping_rounds: int | None, eval_at: int, seed: int,
                   num_threads: int, select: Callable[[np.ndarray], float] | None,
                   select_name: str) -> GBDTResult:
-    full = {"objective": objective, "metric": "ndcg", "eval_at": [eval_at], "seed": seed,
-            "deterministic": True, "num_threads": num_threads, "verbosity": -1, **params}
+    full = _lightgbm_params(objective, params, eval_at=eval_at, seed=seed, num_threads=num_threads)
     feval = None
     key = f"ndcg@{eval_at}"
     if select is not None:
@@ -216,8 +307,7 @@ def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, par
                  num_boost_round: int, early_stopping_rounds: int | None, eval_at: int, seed: int,
                  num_threads: int, select: Callable[[np.ndarray], float] | None,
                  select_name: str) -> GBDTResult:
-    full = {"objective": objective, "eval_metric": f"ndcg@{eval_at}", "seed": seed,
-            "nthread": num_threads, "tree_method": "hist", **params}
+    full = _xgboost_params(objective, params, eval_at=eval_at, seed=seed, num_threads=num_threads)
     custom = None
     key = f"ndcg@{eval_at}"
     if select is not None:

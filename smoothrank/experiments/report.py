@@ -29,8 +29,8 @@ from smoothrank._atomic import write_text_atomic
 from smoothrank.errors import SmoothrankError
 from smoothrank.experiments.stats import TTest, adjust_pvalues, check_correction, mean_std, paired_ttest
 
-__all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "published_baselines",
-           "published_comparison", "summarize", "write_reports"]
+__all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "method_runs",
+           "published_baselines", "published_comparison", "stored_metrics", "summarize", "write_reports"]
 
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
                "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted")
@@ -122,20 +122,58 @@ def _compare(runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric
     return paired_ttest([a[k] for k in keys], [b[k] for k in keys])
 
 
-def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: str, *,
-                    metrics: Sequence[str]) -> dict[str, TTest]:
-    """Paired t-test of ``method_a - method_b`` per metric, over their common test queries.
-
-    Pairs are the per-query test values on the same (fold, query), seeds averaged per query, all
-    folds pooled: the same test as the summary's baseline column, between any two methods.
-    """
+def method_runs(results: Sequence[dict[str, Any]], method_a: str,
+                method_b: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The results of ``method_a`` and of ``method_b``; an error naming a method with none."""
     present = {r["method"] for r in results}
     for name, method in (("method_a", method_a), ("method_b", method_b)):
         if method not in present:
             raise SmoothrankError(f"{name}: no finished run of {method!r}; methods: {sorted(present)}")
-    runs_a = [r for r in results if r["method"] == method_a]
-    runs_b = [r for r in results if r["method"] == method_b]
+    return [r for r in results if r["method"] == method_a], [r for r in results if r["method"] == method_b]
+
+
+def stored_metrics(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """The metrics whose per-query test values every one of ``runs`` stored, in stored order."""
+    stored = [[m for m in (r.get("per_query") or {}) if m != "qids"] for r in runs]
+    return [m for m in stored[0] if all(m in other for other in stored[1:])] if stored else []
+
+
+def unstored_metrics_message(metrics: Sequence[str], stored: Sequence[str], method_a: str,
+                             method_b: str) -> str | None:
+    """Why ``metrics`` cannot be compared (None: they can): none given, or not all stored."""
+    what = f"the runs of {method_a} and {method_b} stored {', '.join(stored) or 'no per-query test values'}"
+    if not metrics:
+        return f"no metric given; {what}"
+    missing = [m for m in metrics if m not in stored]
+    if missing:
+        return f"{', '.join(map(repr, missing))} not stored; {what}"
+    return None
+
+
+def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: str, *,
+                    metrics: Sequence[str] | None = None) -> dict[str, TTest]:
+    """Paired t-test of ``method_a - method_b`` per metric, over their common test queries.
+
+    Pairs are the per-query test values on the same (fold, query), seeds averaged per query, all
+    folds pooled: the same test as the summary's baseline column, between any two methods.
+    ``metrics`` defaults to those both methods' runs stored; others are an error, and so are two
+    methods without a common test query (e.g. run on other test files).
+    """
+    runs_a, runs_b = method_runs(results, method_a, method_b)
+    stored = stored_metrics(runs_a + runs_b)
+    metrics = stored if metrics is None else list(metrics)
+    problem = unstored_metrics_message(metrics, stored, method_a, method_b)
+    if problem is not None:
+        raise SmoothrankError(f"metrics: {problem}")
+    if not set(_queries(runs_a)) & set(_queries(runs_b)):
+        raise SmoothrankError(f"{method_a} and {method_b} have no common test queries (fold, query id): "
+                              "their runs were not tested on the same data")
     return {metric: _compare(runs_a, runs_b, metric) for metric in metrics}
+
+
+def _queries(runs: Iterable[dict[str, Any]]) -> list[tuple[Any, str]]:
+    """The (fold, query id) of every stored per-query test value of ``runs``."""
+    return [(r["fold"], qid) for r in runs for qid in (r.get("per_query") or {}).get("qids", [])]
 
 
 # ------------------------------------------------------------------------------ formatting

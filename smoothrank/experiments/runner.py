@@ -49,7 +49,8 @@ from smoothrank._atomic import write_text_atomic
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.experiments.spec import Cell, ExperimentSpec
 
-__all__ = ["RESULT_FILE", "ExperimentOutcome", "load_results", "run_cell", "run_experiment", "write_json"]
+__all__ = ["RESULT_FILE", "ExperimentOutcome", "check_out_dir", "load_results", "read_result", "run_cell",
+           "run_experiment", "write_json"]
 
 RESULT_FILE = "result.json"
 SPLITS = ("train", "valid", "test")
@@ -193,7 +194,8 @@ def _run_neural(cell: Cell, run_dir: Path, *,
     from smoothrank.training import load_model, train
     from smoothrank.training.config import config_from_dict
 
-    config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}")
+    # probe_loss=False: the options may hold spec-only forms; the spec check probed them resolved.
+    config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
     options, changed = resolve_loss_options(dict(config.loss.options))
     loss_fn = losses.get(config.loss.name, **options) if changed else None
     splits = _load_splits(cell.settings["config"]["data"])
@@ -210,7 +212,7 @@ def _run_neural(cell: Cell, run_dir: Path, *,
         merged = _refit_training_set(splits)
         refit_dict = copy.deepcopy(cell.settings["config"])
         refit_dict["training"]["epochs"] = result.best_epoch
-        refit_config = config_from_dict(refit_dict, source=f"refit of run {cell.run_id}")
+        refit_config = config_from_dict(refit_dict, source=f"refit of run {cell.run_id}", probe_loss=False)
         refit_dir = run_dir / "refit"
         train(refit_config, run_dir=refit_dir, resume=(refit_dir / "checkpoint.pt").is_file(), quiet=quiet,
               splits={"train": merged}, loss_fn=loss_fn)
@@ -264,19 +266,42 @@ class ExperimentOutcome:
     ensembles_reused: list[str] = field(default_factory=list)
 
 
+# The keys the summaries and ``smoothrank compare`` read from every result.json.
+_RESULT_KEYS = ("dataset", "fold", "method", "kind", "metrics")
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """One ``result.json``; a damaged one (not JSON, not a result object) is an error naming it."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SmoothrankError(f"{path}: not valid JSON ({err}); delete it to redo the run") from None
+    missing = [key for key in _RESULT_KEYS if key not in result] if isinstance(result, dict) else None
+    if missing is None or missing:
+        what = f"no {', '.join(missing)}" if missing else f"a JSON {type(result).__name__}"
+        raise SmoothrankError(f"{path}: not a run result ({what}); delete it to redo the run")
+    return result
+
+
 def finished_result(cell: Cell, out_dir: Path) -> dict[str, Any] | None:
     """The stored result of ``cell``, or None if it has not finished; stale results are an error."""
     path = out_dir / "runs" / cell.run_id / RESULT_FILE
     if not path.is_file():
         return None
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise SmoothrankError(f"{path}: not valid JSON ({err}); delete it to redo the run") from None
+    result = read_result(path)
     if result.get("fingerprint") != cell.fingerprint():
         raise ConfigError(f"{path}: this run was made with other settings than the spec now gives; "
                           "use another --out folder or delete the run folder to redo it")
     return result
+
+
+def check_out_dir(spec: ExperimentSpec, out_dir: str | Path) -> None:
+    """Raise if ``out_dir`` holds a run of ``spec`` made with other settings, or a damaged one:
+    checked before anything is written there (``spec.yaml`` included)."""
+    from smoothrank.experiments.spec import expand
+
+    for cell in expand(spec):
+        finished_result(cell, Path(out_dir))
 
 
 def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 1,
@@ -372,4 +397,4 @@ def load_results(out_dir: str | Path, *, ensembles: bool = False) -> list[dict[s
     paths = sorted((Path(out_dir) / "runs").glob(f"*/{RESULT_FILE}"))
     if ensembles:
         paths += sorted((Path(out_dir) / "ensembles").glob(f"*/{RESULT_FILE}"))
-    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    return [read_result(p) for p in paths]

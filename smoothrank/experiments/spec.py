@@ -49,7 +49,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from smoothrank.errors import ConfigError, SmoothrankError
 
@@ -61,6 +69,23 @@ _LABEL = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$"
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+def _not_bool(value: Any) -> Any:
+    # A YAML true/false would pass as 1/0 (bool is an int subclass).
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, not a boolean")
+    return value
+
+
+def _seed_range(value: int) -> int:
+    # Seeds are unsigned 64-bit (torch.manual_seed takes no more); bounded here since pydantic
+    # would print 2**64 - 1 rounded to a float.
+    if not 0 <= value <= 2**64 - 1:
+        raise ValueError(f"expected an integer from 0 to 2**64 - 1, got {value}")
+    return value
+
+
+_Seed = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_seed_range)]
 
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -182,7 +207,7 @@ class ExperimentSpec(_Strict):
     # Adjustment of the baseline t-tests' p-values over the methods, per metric (stats.adjust_pvalues);
     # a reporting choice, not part of any cell.
     correction: Literal["none", "holm", "bh"] = "none"
-    seeds: list[Annotated[int, Field(ge=0)]] = [0]
+    seeds: list[_Seed] = [0]
     num_threads: Annotated[int, Field(ge=1)] = 1
     datasets: list[DatasetSpec]
     neural: dict[str, Any] = {}
@@ -380,19 +405,43 @@ def _refit_problems(spec: ExperimentSpec) -> list[str]:
     return problems
 
 
+# Training settings the spec's own keys set in every neural run's config (neural_config_dict):
+# given under ``neural`` or a loss's ``overrides`` they would be silently replaced.
+_SPEC_OWNED = {("evaluation", "metrics"): "metrics", ("evaluation", "select_by"): "select_by",
+               ("evaluation", "convention"): "convention", ("training", "num_threads"): "num_threads"}
+
+
+def _spec_owned_problems(settings: dict[str, Any], where: str) -> list[str]:
+    return [f"{where}.{section}.{key}: every run uses the spec's top-level {owner}; set it there"
+            for (section, key), owner in _SPEC_OWNED.items()
+            if isinstance(settings.get(section), dict) and key in settings[section]]
+
+
+def _seed_problems(spec: ExperimentSpec) -> list[str]:
+    if not spec.seeds:
+        return ["seeds: at least one seed is required"]
+    twice = sorted({seed for seed in spec.seeds if spec.seeds.count(seed) > 1})
+    if twice:
+        # A repeated seed is the same run twice: it would count twice in the summaries.
+        return [f"seeds: {twice} listed twice"]
+    if any(gb.library == "xgboost" for gb in spec.gbdt) and max(spec.seeds) > 2**63 - 1:
+        return [f"seeds: xgboost takes seeds up to 2**63 - 1, got {max(spec.seeds)}"]
+    return []
+
+
 def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     from smoothrank import losses as loss_registry
     from smoothrank.experiments.gbdt import check_gbdt
     from smoothrank.experiments.runner import resolve_loss_options
-    from smoothrank.metrics import parse_metric
-    from smoothrank.training.config import config_from_dict
+    from smoothrank.training.config import check_loss_options, check_metric, config_from_dict
 
     problems: list[str] = []
     for i, name in enumerate(spec.metrics):
         try:
-            parse_metric(name)
-        except SmoothrankError as err:
+            check_metric(name, spec.convention)
+        except ConfigError as err:
             problems.append(f"metrics.{i}: {err}")
+    problems += _seed_problems(spec)
     if spec.select_by not in spec.metrics:
         problems.append(f"select_by: {spec.select_by!r} must be one of metrics {spec.metrics}")
     if not spec.datasets:
@@ -423,9 +472,11 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     for key in sorted(set(spec.neural) & {"data", "model", "loss", "seed", "output"}):
         problems.append(f"neural.{key}: set by the grid (datasets, models, losses, seeds, --out), "
                         "not by the shared neural settings")
+    problems += _spec_owned_problems(spec.neural, "neural")
     for i, loss in enumerate(spec.losses):
         for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"}):
             problems.append(f"losses.{i}.overrides.{key}: set by the grid, not by a loss override")
+        problems += _spec_owned_problems(loss.overrides, f"losses.{i}.overrides")
         for key in sorted(set(loss.model_options) & {"kind", "label"}):
             problems.append(f"losses.{i}.model_options.{key}: set by the model, not by a loss")
         unknown_models = [m for m in loss.models or [] if m not in {model.label for model in spec.models}]
@@ -445,7 +496,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             continue
         try:
             options, _ = resolve_loss_options(dict(loss.options))
-            loss_registry.get(loss.name, **options)
+            check_loss_options(loss.name, options)  # the values too, not hours into the grid
         except (SmoothrankError, TypeError, ValueError) as err:
             problems.append(f"losses.{i}.options: {err}")
     for i, gb in enumerate(spec.gbdt):
@@ -470,9 +521,10 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             if blend.weights != "learned":
                 problems.append(f"blends.{i}.learner: only with weights: learned")
             try:
-                loss_registry.get(blend.learner.loss, **blend.learner.options)
+                check_loss_options(blend.learner.loss, blend.learner.options)
             except ConfigError as err:
-                problems.append(f"blends.{i}.learner: {err}")
+                key = "options" if blend.learner.loss in available else "loss"
+                problems.append(f"blends.{i}.learner.{key}: {err}")
     if any(b.weights == "learned" for b in spec.blends) and _without_validation(spec):
         problems.append("blends: a learned blend fits its weights on the validation split; every dataset "
                         "needs one (valid:)")
@@ -489,8 +541,9 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         fold = ds.mq2008_folds[0] if ds.mq2008_folds else None
         for loss, model in spec.neural_pairs():
             try:
+                # The loss options were probed above, resolved (the config holds spec-only forms).
                 config_from_dict(neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0]),
-                                 source=f"neural settings of {loss.tag}-{model.label}")
+                                 source=f"neural settings of {loss.tag}-{model.label}", probe_loss=False)
             except ConfigError as err:
                 problems.append(str(err).replace("\n", "\n    "))
     return problems
@@ -516,8 +569,10 @@ def spec_from_dict(data: Any, *, source: str = "spec", base_dir: str | Path = ".
 
 def load_spec(path: str | Path) -> ExperimentSpec:
     """Read and validate a YAML spec; relative data paths are taken from the spec's folder."""
+    from smoothrank.training.config import read_text_file
+
     path = Path(path)
-    text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+    text = read_text_file(path)  # names the path if missing or not UTF-8
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

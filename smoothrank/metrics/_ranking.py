@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from smoothrank import gains as _gains
+from smoothrank._checks import K_LIMIT
 from smoothrank.errors import SmoothrankError
 
 TIES = ("input", "pessimistic", "optimistic")
@@ -114,7 +115,7 @@ def check_k(k: Any, *, argument: str = "k") -> int | None:
         raise SmoothrankError(f"{argument}: expected a positive integer or None, got {k!r}")
     if k <= 0:
         raise SmoothrankError(f"{argument}: must be >= 1, got {k}")
-    return int(k)
+    return min(int(k), K_LIMIT)  # a cutoff beyond every list is the whole list
 
 
 def check_choice(value: Any, choices: tuple[str, ...], argument: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from smoothrank._atomic import write_bytes_atomic
+from smoothrank._atomic import check_destination, write_bytes_atomic
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 __all__ = [
@@ -45,10 +45,9 @@ def _pyplot() -> Any:
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Save ``fig`` as PNG atomically (temporary file in the same folder, then ``os.replace``)."""
     plt = _pyplot()
-    out = Path(path)
+    out = check_destination(path)  # a missing folder is an error, as for every other output
     if out.suffix.lower() != ".png":
         raise SmoothrankError(f"--out: expected a .png file name, got {str(out)!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
@@ -222,9 +221,19 @@ def softrank_figure(path: str | os.PathLike[str], *, scores: Sequence[float] = (
 
 
 # ------------------------------------------------------------------------------ runs
+def _read_text(path: Path) -> str:
+    """The UTF-8 text of ``path``; other bytes are a :class:`DataFormatError` naming the line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataFormatError(f"{path}:{line}: not UTF-8 text (byte {data[err.start]:#04x})") from None
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -299,13 +308,7 @@ def _summary_table(summary_csv: str | os.PathLike[str], *, dataset: str | None, 
                    ) -> tuple[str, list[str], list[str], np.ndarray, np.ndarray]:
     """``(dataset, metrics, methods, mean, std)`` of one dataset and split of a ``summary.csv``."""
     csv_path = Path(summary_csv)
-    with csv_path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = {"dataset", "method", "split", "metric", "mean", "std"} - set(reader.fieldnames or [])
-        if missing:
-            raise DataFormatError(f"{csv_path}:1: not an experiment summary "
-                                  f"(missing columns {sorted(missing)})")
-        rows = list(reader)
+    rows = read_summary_rows(csv_path)
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     if not datasets:
         raise DataFormatError(f"{csv_path}: no rows")
@@ -327,11 +330,47 @@ def _summary_table(summary_csv: str | os.PathLike[str], *, dataset: str | None, 
 
     def value(method: str, metric: str, key: str) -> float:
         row = index.get((method, metric))
-        return float(row[key]) if row is not None and row[key] not in ("", None) else math.nan
+        return _cell(csv_path, row, key) if row is not None else math.nan
 
     means = np.asarray([[value(m, k, "mean") for k in names] for m in chosen_methods])
     stds = np.asarray([[value(m, k, "std") for k in names] for m in chosen_methods])
     return chosen, names, chosen_methods, means, stds
+
+
+_SUMMARY_COLUMNS = {"dataset", "method", "split", "metric", "mean", "std"}
+_LINE = "__line__"  # the key under which read_summary_rows keeps each row's line number
+
+
+def read_summary_rows(summary_csv: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The rows of an experiment ``summary.csv``, each with its line number under ``_LINE``."""
+    csv_path = Path(summary_csv)
+    reader = csv.DictReader(io.StringIO(_read_text(csv_path), newline=""))
+    missing = _SUMMARY_COLUMNS - set(reader.fieldnames or [])
+    if missing:
+        raise DataFormatError(f"{csv_path}:1: not an experiment summary "
+                              f"(missing columns {sorted(missing)})")
+    try:
+        return [{**row, _LINE: reader.line_num} for row in reader]
+    except csv.Error as err:
+        raise DataFormatError(f"{csv_path}:{reader.line_num}: not CSV ({err})") from None
+
+
+def _cell(csv_path: Path, row: Mapping[str, Any], key: str) -> float:
+    """A number of a summary row: empty means unknown (NaN; a single fold has no std); anything
+    else must be a finite number (and a std non-negative), or the error names file, line and column."""
+    text = row.get(key)
+    if text in ("", None):
+        return math.nan
+    where = f"{csv_path}:{row[_LINE]}: column {key!r}"
+    try:
+        number = float(text)
+    except ValueError:
+        raise DataFormatError(f"{where}: not a number: {text[:40]!r}") from None
+    if not math.isfinite(number):
+        raise DataFormatError(f"{where}: not a finite number: {text!r}")
+    if key == "std" and number < 0:
+        raise DataFormatError(f"{where}: a negative standard deviation: {text!r}")
+    return number
 
 
 def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[str], *,

@@ -8,7 +8,6 @@ needs nothing else: :func:`load_model` rebuilds the scorer and the transforms.
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,11 +83,16 @@ def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: i
 def load_model(path: str | Path) -> RankingModel:
     """Read an artifact written by :func:`save_model` (or ``smoothrank train``)."""
     path = Path(path)
+    if path.is_dir():
+        hint = f" (the model of a run is {path / 'model.pt'})" if (path / "model.pt").is_file() else ""
+        raise SmoothrankError(f"{path}: is a directory, not a model file{hint}")
     if not path.is_file():
         raise FileNotFoundError(2, "No such model file", str(path))
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+    except OSError:
+        raise  # unreadable (permissions, I/O): the CLI reports it with the path
+    except Exception as err:  # another file trips the weights-only unpickler anywhere (IndexError, ...)
         raise DataFormatError(f"{path}: not a smoothrank model file ({type(err).__name__})") from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise DataFormatError(f"{path}: not a smoothrank model file")

@@ -10,17 +10,29 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from smoothrank.errors import ConfigError
 
 __all__ = [
     "Config",
     "apply_overrides",
+    "check_loss_options",
+    "check_metric",
     "config_from_dict",
     "dump_config",
     "load_config",
@@ -31,14 +43,39 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _not_bool(value: Any) -> Any:
+    # bool is an int subclass: YAML's true/false would pass as 1/0 (``epochs: true`` -> 1 epoch).
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+#: Numbers of the config: no booleans, and no infinity or NaN for floats.
+_Int = Annotated[int, BeforeValidator(_not_bool)]
+_Float = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+
+#: Seeds are unsigned 64-bit integers (torch.manual_seed takes no more).
+SEED_MAX = 2**64 - 1
+
+
+def _in_seed_range(value: int) -> int:
+    # A bound of its own: pydantic would print 2**64 - 1 rounded to a float.
+    if not 0 <= value <= SEED_MAX:
+        raise ValueError(f"expected an integer from 0 to 2**64 - 1 = {SEED_MAX}")
+    return value
+
+
+_Seed = Annotated[_Int, AfterValidator(_in_seed_range)]
+
+
 class DataConfig(_Section):
     """Where the splits come from: LETOR files, or the bundled MQ2008 fold (``mq2008_fold``)."""
 
     train: str | None = None
     valid: str | None = None
     test: str | None = None
-    mq2008_fold: Annotated[int, Field(ge=1, le=5)] | None = None
-    n_features: Annotated[int, Field(ge=1)] | None = None
+    mq2008_fold: Annotated[_Int, Field(ge=1, le=5)] | None = None
+    n_features: Annotated[_Int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
@@ -53,7 +90,7 @@ class TransformConfig(_Section):
     """One feature transform, fitted on the training split (``smoothrank.data.transforms``)."""
 
     name: Literal["standardize", "signed_log1p", "query_minmax"]
-    features: list[int] | None = None
+    features: list[_Int] | None = None
 
 
 class LinearModelConfig(_Section):
@@ -62,9 +99,9 @@ class LinearModelConfig(_Section):
 
 class MLPModelConfig(_Section):
     kind: Literal["mlp"]
-    hidden: list[Annotated[int, Field(ge=1)]] = [64]
+    hidden: list[Annotated[_Int, Field(ge=1)]] = [64]
     activation: Literal["relu", "tanh", "sigmoid", "gelu", "leaky_relu", "identity"] = "relu"
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    dropout: Annotated[_Float, Field(ge=0.0, lt=1.0)] = 0.0
     norm: Literal["none", "batch", "layer"] = "none"
     output_activation: Literal["relu", "tanh", "sigmoid", "gelu", "leaky_relu", "identity"] | None = None
 
@@ -73,11 +110,11 @@ class ContextAwareModelConfig(_Section):
     """Defaults: the NeuralNDCG paper's Web30K architecture (section 5.2)."""
 
     kind: Literal["context_aware"]
-    input_dim: Annotated[int, Field(ge=1)] = 96
-    n_blocks: Annotated[int, Field(ge=1)] = 2
-    n_heads: Annotated[int, Field(ge=1)] = 1
-    hidden: Annotated[int, Field(ge=1)] = 384
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    input_dim: Annotated[_Int, Field(ge=1)] = 96
+    n_blocks: Annotated[_Int, Field(ge=1)] = 2
+    n_heads: Annotated[_Int, Field(ge=1)] = 1
+    hidden: Annotated[_Int, Field(ge=1)] = 384
+    dropout: Annotated[_Float, Field(ge=0.0, lt=1.0)] = 0.1
     input_activation: Literal["relu", "tanh", "gelu", "identity"] | None = "relu"
     output_activation: Literal["relu", "tanh", "sigmoid", "gelu", "leaky_relu", "identity"] | None = "tanh"
 
@@ -95,9 +132,9 @@ class LossConfig(_Section):
 
 class OptimizerConfig(_Section):
     name: Literal["adam", "sgd"] = "adam"
-    lr: Annotated[float, Field(gt=0.0)] = 1e-3
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
-    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    lr: Annotated[_Float, Field(gt=0.0)] = 1e-3
+    weight_decay: Annotated[_Float, Field(ge=0.0)] = 0.0
+    momentum: Annotated[_Float, Field(ge=0.0, lt=1.0)] = 0.0
 
 
 class ScheduleConfig(_Section):
@@ -110,23 +147,23 @@ class ScheduleConfig(_Section):
     """
 
     name: Literal["none", "step", "softrank"] = "none"
-    step_size: Annotated[int, Field(ge=1)] = 50
-    gamma: Annotated[float, Field(gt=0.0, le=1.0)] = 0.1
-    factor: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    step_size: Annotated[_Int, Field(ge=1)] = 50
+    gamma: Annotated[_Float, Field(gt=0.0, le=1.0)] = 0.1
+    factor: Annotated[_Float, Field(gt=0.0, le=1.0)] = 0.8
     metric: str = "ndcg@10"
-    reinit_patience: Annotated[int, Field(ge=1)] | None = 16
+    reinit_patience: Annotated[_Int, Field(ge=1)] | None = 16
 
 
 class TrainingConfig(_Section):
-    epochs: Annotated[int, Field(ge=1)] = 100
-    batch_size: Annotated[int, Field(ge=1)] = 64
-    list_size: Annotated[int, Field(ge=1)] = 240
+    epochs: Annotated[_Int, Field(ge=1)] = 100
+    batch_size: Annotated[_Int, Field(ge=1)] = 64
+    list_size: Annotated[_Int, Field(ge=1)] = 240
     sampling: Literal["random", "softrank"] = "random"
     pad: Literal["list_size", "longest"] = "list_size"
-    length_groups: Annotated[int, Field(ge=1)] = 1
-    grad_clip: Annotated[float, Field(gt=0.0)] | None = None
-    early_stopping_patience: Annotated[int, Field(ge=1)] | None = None
-    num_threads: Annotated[int, Field(ge=1)] | None = None
+    length_groups: Annotated[_Int, Field(ge=1)] = 1
+    grad_clip: Annotated[_Float, Field(gt=0.0)] | None = None
+    early_stopping_patience: Annotated[_Int, Field(ge=1)] | None = None
+    num_threads: Annotated[_Int, Field(ge=1)] | None = None
     deterministic: bool = True
     device: str = "cpu"
 
@@ -137,7 +174,7 @@ class EvaluationConfig(_Section):
     metrics: list[str] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
     select_by: str = "ndcg@10"
     convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
-    batch_size: Annotated[int, Field(ge=1)] = 256
+    batch_size: Annotated[_Int, Field(ge=1)] = 256
 
     @model_validator(mode="after")
     def _selected_is_computed(self) -> EvaluationConfig:
@@ -151,11 +188,18 @@ class OutputConfig(_Section):
     run_dir: str = "runs/run"
     tensorboard: bool = False
 
+    @field_validator("run_dir")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():  # "" would write the run into the current directory
+            raise ValueError("expected a directory path, got an empty one")
+        return value
+
 
 class Config(_Section):
     """The whole run; the resolved version is saved as ``config.yaml`` in the run directory."""
 
-    seed: Annotated[int, Field(ge=0)] = 0
+    seed: _Seed = 0
     data: DataConfig
     transforms: list[TransformConfig] = []
     model: ModelConfig = MLPModelConfig(kind="mlp")
@@ -190,7 +234,7 @@ def _error_lines(err: ValidationError) -> list[str]:
         # Discriminated unions add the tag to the location: model.mlp.hidden -> model.hidden.
         for tag in ("linear", "mlp", "context_aware"):
             loc = loc.replace(f"model.{tag}", "model")
-        message = item["msg"]
+        message = item["msg"].removeprefix("Value error, ")  # our validators' own messages
         if item["type"] == "extra_forbidden":
             message = "unknown key"
         elif item["type"] == "missing":
@@ -201,8 +245,58 @@ def _error_lines(err: ValidationError) -> list[str]:
     return lines
 
 
-def _loss_problems(data: dict[str, Any]) -> list[str]:
-    """Unknown loss names and options, checked against the registry (``smoothrank losses``)."""
+# Errors of a loss or metric refusing an option value (SmoothrankError is a ValueError).
+_PROBE_ERRORS = (TypeError, ValueError, ArithmeticError, RuntimeError)
+
+
+def _probe_batch() -> tuple[Any, Any]:
+    import torch
+
+    # One query of two items with distinct scores and labels: every loss and metric takes it.
+    return torch.tensor([[0.5, -0.5]]), torch.tensor([[1.0, 0.0]])
+
+
+def check_loss_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` if loss ``name`` refuses ``options``, names or values.
+
+    Binding a loss checks only the option names; the values are checked by the loss when it is
+    called, so it is called once here on a tiny batch, before anything is written or trained.
+    """
+    import torch
+
+    from smoothrank import losses
+
+    try:
+        loss = losses.get(name, **options)
+        with torch.random.fork_rng(devices=[]):  # a stochastic loss must not move the global RNG
+            loss(*_probe_batch())
+    except _PROBE_ERRORS as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_metric(name: str, convention: str = "letor4") -> None:
+    """Raise :class:`ConfigError` unless metric ``name`` can be computed under ``convention``.
+
+    The metric is computed once on a tiny batch, so that a name the parser takes but the metric
+    cannot compute fails now, not after the run directory is written.
+    """
+    from smoothrank.metrics import evaluate, parse_metric
+
+    try:
+        parse_metric(name)
+        evaluate(*_probe_batch(), metrics=[name], convention=convention)
+    except _PROBE_ERRORS as err:
+        raise ConfigError(str(err).removeprefix("metrics: ")) from None
+
+
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    return value if isinstance(value, dict) else {}  # not a mapping: the schema reports it
+
+
+def _loss_problems(data: dict[str, Any], *, probe: bool = True) -> list[str]:
+    """Unknown loss names and options, checked against the registry (``smoothrank losses``), and
+    with ``probe`` the option values, checked by the loss itself."""
     loss = data.get("loss", {})
     if not isinstance(loss, dict):
         return []  # the schema reports it
@@ -219,17 +313,46 @@ def _loss_problems(data: dict[str, Any]) -> list[str]:
     if unknown:
         return [f"  - loss.options: unknown option(s) {', '.join(unknown)} for loss {name!r}; "
                 f"it takes {', '.join(sorted(known)) or 'no options'}"]
+    if probe:
+        try:
+            check_loss_options(name, options)
+        except ConfigError as err:
+            return [f"  - loss.options: {err}"]
     return []
 
 
-def config_from_dict(data: Any, *, source: str = "config") -> Config:
+def _metric_problems(data: dict[str, Any]) -> list[str]:
+    """Metric names given in ``evaluation.metrics`` and ``schedule.metric`` that cannot be computed."""
+    evaluation, schedule = _section(data, "evaluation"), _section(data, "schedule")
+    convention = evaluation.get("convention", "letor4")
+    if convention not in ("letor4", "lightgbm", "trec"):
+        convention = "letor4"  # the schema reports it; the names are still checked
+    names = evaluation.get("metrics", [])
+    given = list(enumerate(names)) if isinstance(names, list) else []
+    keyed = [(f"evaluation.metrics.{i}", name) for i, name in given]
+    if "metric" in schedule:
+        keyed.append(("schedule.metric", schedule["metric"]))
+    problems = []
+    for key, name in keyed:
+        if isinstance(name, str):  # another type: the schema reports it
+            try:
+                check_metric(name, convention)
+            except ConfigError as err:
+                problems.append(f"  - {key}: {err}")
+    return problems
+
+
+def config_from_dict(data: Any, *, source: str = "config", probe_loss: bool = True) -> Config:
     """Validate a plain mapping; raise :class:`ConfigError` listing every problem.
 
-    Besides the schema, the loss name and option names are checked against the loss registry.
+    Besides the schema, the loss name and option names are checked against the loss registry,
+    and the loss option values and metric names by computing them once on a tiny batch.
+    ``probe_loss=False`` leaves the loss option values to the caller (experiment specs, whose
+    option forms such as ``discount: {shallow: A, n: N}`` are resolved before the loss is built).
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
-    problems = _loss_problems(data)
+    problems = _loss_problems(data, probe=probe_loss) + _metric_problems(data)
     config = None
     try:
         config = Config.model_validate(data)
@@ -242,10 +365,19 @@ def config_from_dict(data: Any, *, source: str = "config") -> Config:
     return config
 
 
+def read_text_file(path: Path) -> str:
+    """The UTF-8 text of a config or spec file; :class:`ConfigError` naming the file if it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+                          f"{err.start})") from None
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) document into a dict."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+    text = read_text_file(path)
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from smoothrank import __version__
+from smoothrank._atomic import blocking_file
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text
@@ -241,6 +243,20 @@ def _comparable(config: Config) -> dict[str, Any]:
     return dumped
 
 
+def _run_path(run_dir: str | Path) -> Path:
+    """The run directory, refused (nothing written) if it cannot be one: an empty path (it would
+    fill the current directory) or a path that is, or lies under, something other than a folder."""
+    if not os.fspath(run_dir).strip():
+        raise ConfigError("the run directory is an empty path (--run-dir or output.run_dir)")
+    run_path = Path(run_dir)
+    blocker = blocking_file(run_path)
+    if blocker == run_path:
+        raise ConfigError(f"the run directory {run_path} exists and is not a directory")
+    if blocker is not None:
+        raise ConfigError(f"the run directory {run_path} cannot be created: {blocker} is not a directory")
+    return run_path
+
+
 def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = False, quiet: bool = False,
           splits: Mapping[str, Any] | None = None, loss_fn: Callable[..., Tensor] | None = None,
           stop_after_epoch: int | None = None,
@@ -263,7 +279,7 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
     on_epoch : callable, optional
         Called with each epoch's log row (the demo's progress lines).
     """
-    run_path = Path(run_dir if run_dir is not None else config.output.run_dir)
+    run_path = _run_path(run_dir if run_dir is not None else config.output.run_dir)
     # Everything that can be checked is checked before the run directory is touched.
     loss = loss_fn if loss_fn is not None else build_loss(config)
     writer_cls = None

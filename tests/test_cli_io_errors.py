@@ -1,0 +1,325 @@
+"""Bad files and paths given to the CLI: one-line errors naming the file or the argument, no
+traceback, nothing half-written (damaged gzip, non-model files, output paths, run directories,
+demo options, summary CSVs)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import write_synthetic_folds, write_synthetic_letor
+
+from smoothrank import _atomic
+from smoothrank.cli import main
+from smoothrank.errors import DataFormatError
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("smoothrank: error: ") and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def folds(tmp_path_factory) -> Path:
+    return write_synthetic_folds(tmp_path_factory.mktemp("io-letor"), seed=0, queries=(6, 3, 3), docs=5)
+
+
+def _config(path: Path, folds: Path, run_dir: Path | str, **data: str) -> Path:
+    config = {
+        "seed": 1,
+        "data": {"train": str(folds / "train.txt"), "valid": str(folds / "vali.txt"),
+                 "test": str(folds / "test.txt"), **data},
+        "transforms": [],
+        "model": {"kind": "linear"},
+        "loss": {"name": "neural_ndcg"},
+        "training": {"epochs": 1, "batch_size": 8, "list_size": 8, "num_threads": 1},
+        "evaluation": {"metrics": ["ndcg@10"]},
+        "output": {"run_dir": str(run_dir)},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, folds) -> Path:
+    root = tmp_path_factory.mktemp("io-model")
+    assert main(["train", str(_config(root / "c.yaml", folds, root / "run")), "--quiet"]) == 0
+    return root / "run" / "model.pt"
+
+
+def _gzip_damaged(source: Path, target: Path, damage: str) -> Path:
+    data = bytearray(gzip.compress(source.read_bytes(), mtime=0))
+    if damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    else:  # one flipped byte of the CRC-32 trailer
+        data[-6] ^= 0xFF
+    target.write_bytes(bytes(data))
+    return target
+
+
+# ------------------------------------------------------------------------------ 1. damaged gzip
+@pytest.mark.parametrize("damage", ["truncated", "crc"])
+def test_damaged_gzip_data_file_names_the_file(folds, tmp_path, capsys, damage):
+    data = _gzip_damaged(folds / "test.txt", tmp_path / "test.txt.gz", damage)
+    predictions = tmp_path / "p.pred"
+    predictions.write_text("0\n" * 15)
+    assert main(["evaluate", "--data", str(data), "--predictions", str(predictions)]) == 2
+    assert f"{data}: corrupt or truncated gzip file (" in _error(capsys)
+
+
+def test_damaged_gzip_on_the_fast_path(tmp_path):
+    # Files of at least FAST_MIN_BYTES go through the compiled scanner first, in chunks.
+    from smoothrank.data import load_letor
+    from smoothrank.data.letor import FAST_MIN_BYTES
+
+    plain = tmp_path / "big.txt"
+    write_synthetic_letor(plain, np.random.default_rng(0), 200, 10, 1)
+    assert plain.stat().st_size >= FAST_MIN_BYTES
+    damaged = _gzip_damaged(plain, tmp_path / "big.txt.gz", "truncated")
+    with pytest.raises(DataFormatError, match=r"big\.txt\.gz: corrupt or truncated gzip file"):
+        load_letor(damaged, cache=False)
+
+
+def test_damaged_gzip_through_predict_and_train(folds, model, tmp_path, capsys):
+    data = _gzip_damaged(folds / "test.txt", tmp_path / "test.txt.gz", "truncated")
+    out = tmp_path / "p.pred"
+    assert main(["predict", str(model), str(data), "--out", str(out)]) == 2
+    assert f"{data}: corrupt or truncated gzip file" in _error(capsys)
+    assert not out.exists()
+    config = _config(tmp_path / "c.yaml", folds, tmp_path / "run", test=str(data))
+    assert main(["train", str(config), "--quiet"]) == 2
+    assert f"{data}: corrupt or truncated gzip file" in _error(capsys)
+
+
+def test_damaged_gzip_prediction_file_names_the_file(folds, tmp_path, capsys):
+    predictions = tmp_path / "p.pred"
+    predictions.write_text("0.5\n" * 15)
+    damaged = _gzip_damaged(predictions, tmp_path / "p.pred.gz", "truncated")
+    assert main(["evaluate", "--data", str(folds / "test.txt"), "--predictions", str(damaged)]) == 2
+    assert f"{damaged}: corrupt or truncated gzip file" in _error(capsys)
+
+
+# ------------------------------------------------------------------------------ 2. model files
+def test_a_file_that_is_not_a_model_is_a_clear_error(folds, tmp_path, capsys):
+    not_model = tmp_path / "c.yaml"
+    not_model.write_text("seed: 1\nmodel: {kind: linear}\n")  # the weights-only unpickler: IndexError
+    assert main(["predict", str(not_model), str(folds / "test.txt"), "--out", str(tmp_path / "p")]) == 2
+    assert f"{not_model}: not a smoothrank model file" in _error(capsys)
+
+
+def test_a_directory_given_as_model_is_named(folds, model, tmp_path, capsys):
+    out = str(tmp_path / "p")
+    assert main(["predict", str(model.parent), str(folds / "test.txt"), "--out", out]) == 2
+    err = _error(capsys)
+    assert f"{model.parent}: is a directory, not a model file" in err and str(model) in err
+    assert main(["predict", str(tmp_path), str(folds / "test.txt"), "--out", out]) == 2
+    assert f"{tmp_path}: is a directory" in _error(capsys)
+
+
+# ------------------------------------------------------------------------------ 3. output paths
+def test_predict_out_empty_path(folds, model, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", str(model), str(folds / "test.txt"), "--out", ""]) == 2
+    assert "--out: empty output path" in _error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where, message", [
+    ("file/x.pred", "cannot write {out}: {root}/file is not a directory"),
+    ("file/sub/x.pred", "cannot write {out}: {root}/file is not a directory"),
+    ("missing/x.pred", "cannot write {out}: the folder {root}/missing does not exist"),
+    ("folder", "{out} is a directory, not a file"),
+])
+def test_predict_out_in_a_bad_place_names_the_users_path(folds, model, tmp_path, capsys, where, message):
+    (tmp_path / "file").write_text("keep")
+    (tmp_path / "folder").mkdir()
+    out = tmp_path / where
+    assert main(["predict", str(model), str(folds / "test.txt"), "--out", str(out)]) == 2
+    err = _error(capsys)
+    assert "--out: " + message.format(out=out, root=tmp_path) in err and ".tmp" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"]
+    assert (tmp_path / "file").read_text() == "keep" and list((tmp_path / "folder").iterdir()) == []
+
+
+def test_atomic_writer_errors_name_the_destination(tmp_path):
+    (tmp_path / "file").write_text("keep")
+    for target, error in ((tmp_path / "missing" / "x", FileNotFoundError),
+                          (tmp_path / "file" / "x", NotADirectoryError),
+                          (tmp_path, IsADirectoryError)):
+        with pytest.raises(error) as info:
+            _atomic.write_text_atomic(target, "x")
+        assert info.value.filename == str(target)
+    with pytest.raises(FileNotFoundError):
+        _atomic.write_text_atomic("", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_predict_into_a_fifo_writes_through_it(folds, model, tmp_path):
+    # A FIFO (like /dev/null, a device) must be written in place, not replaced by a regular file.
+    fifo = tmp_path / "scores.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert main(["predict", str(model), str(folds / "test.txt"), "--out", str(fifo)]) == 0
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert received and len(received[0].splitlines()) == 15
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.fifo"]
+
+
+def test_a_character_device_is_written_in_place(tmp_path, monkeypatch):
+    # What /dev/null is, simulated on a regular file (a test must never risk replacing /dev/null).
+    target = tmp_path / "device"
+    target.write_text("old")
+    inode = target.stat().st_ino
+    real_mode = _atomic._mode
+    monkeypatch.setattr(_atomic, "_mode", lambda path: stat.S_IFCHR | 0o666 if Path(path) == target
+                        else real_mode(path))
+    _atomic.write_text_atomic(target, "new\n")
+    assert target.stat().st_ino == inode and target.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["device"]
+
+
+def test_a_symlinked_output_keeps_its_link(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    (tmp_path / "link.txt").symlink_to(real)
+    _atomic.write_text_atomic(tmp_path / "link.txt", "new")
+    assert (tmp_path / "link.txt").is_symlink() and real.read_text() == "new"
+
+
+@pytest.mark.parametrize("where, message", [
+    ("file/x.png", "--out: cannot write {out}: {root}/file is not a directory"),
+    ("missing/x.png", "--out: cannot write {out}: the folder {root}/missing does not exist"),
+])
+def test_plot_out_in_a_bad_place_is_refused_like_predict(tmp_path, capsys, where, message):
+    (tmp_path / "file").write_text("keep")
+    out = tmp_path / where
+    assert main(["plot", "figure1", "--out", str(out)]) == 2
+    assert message.format(out=out, root=tmp_path) in _error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_plot_library_refuses_a_missing_folder(tmp_path):
+    from smoothrank import plots
+    from smoothrank.errors import SmoothrankError
+
+    with pytest.raises(SmoothrankError, match=r"the folder .*missing does not exist"):
+        plots.neuralndcg_figure1(tmp_path / "missing" / "f.png", xs=np.array([0.0, 1.0]))
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ 4. run directories
+def test_train_run_dir_that_is_a_file(folds, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    config = _config(tmp_path / "c.yaml", folds, tmp_path / "unused")
+    assert main(["train", str(config), "--quiet", "--run-dir", str(blocker)]) == 2
+    assert f"the run directory {blocker} exists and is not a directory" in _error(capsys)
+    assert main(["train", str(config), "--quiet", "--run-dir", str(blocker / "run")]) == 2
+    assert f"{blocker} is not a directory" in _error(capsys)
+    assert blocker.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "file"]
+
+
+def test_train_empty_run_dir_writes_nothing(folds, tmp_path, capsys, monkeypatch):
+    from smoothrank.errors import ConfigError
+    from smoothrank.training import train
+    from smoothrank.training.config import load_config
+
+    config = _config(tmp_path / "c.yaml", folds, tmp_path / "unused")
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["train", str(config), "--quiet", "--run-dir", ""]) == 2
+    assert "empty" in _error(capsys)
+    for empty in ("", " "):  # the library call, where no CLI or config check comes first
+        with pytest.raises(ConfigError, match="the run directory is an empty path"):
+            train(load_config(config), run_dir=empty, quiet=True)
+    assert list(work.iterdir()) == []
+
+
+def test_demo_run_dir_that_is_a_file_or_empty(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    assert main(["demo", "--run-dir", str(blocker), "--quiet", "--epochs", "1", "--losses", "rmse"]) == 2
+    assert f"--run-dir: {blocker} is not a directory" in _error(capsys)
+    assert main(["demo", "--run-dir", "", "--quiet", "--epochs", "1", "--losses", "rmse"]) == 2
+    assert "--run-dir: empty path" in _error(capsys)
+
+
+def test_demo_rerun_into_its_run_dir_gives_demo_advice(tmp_path, capsys):
+    (tmp_path / "fold1" / "rmse").mkdir(parents=True)
+    (tmp_path / "fold1" / "rmse" / "checkpoint.pt").write_bytes(b"")
+    assert main(["demo", "--run-dir", str(tmp_path), "--losses", "rmse", "--quiet", "--epochs", "1"]) == 2
+    err = _error(capsys)
+    assert f"--run-dir: {tmp_path} already holds demo runs (fold1/rmse)" in err
+    assert "another --run-dir" in err and "--resume" not in err and "output.run_dir" not in err
+
+
+# ------------------------------------------------------------------------------ 5. demo options
+@pytest.mark.parametrize("args, message", [
+    (["--folds", "1-99999999999999999999"], "--folds: expected a range within 1-5"),
+    (["--folds", "0-2"], "--folds: expected a range within 1-5"),
+    (["--seed", "99999999999999999999"], "--seed: expected an integer in [0, 2**64 - 1]"),
+    (["--seed", "-1"], "--seed: expected an integer in [0, 2**64 - 1]"),
+    (["--losses", ""], "--losses: no loss given"),
+    (["--losses", ","], "--losses: no loss given"),
+])
+def test_demo_options_out_of_range(capsys, args, message):
+    assert main(["demo", "--quiet", "--epochs", "1", *args]) == 2
+    assert message in _error(capsys)
+
+
+# ------------------------------------------------------------------------------ 6. summary CSVs
+_HEADER = "dataset,method,kind,split,metric,mean,std,n_folds\n"
+_ROW = "mq2008,a,neural,test,map,0.4,0.01,2\n"
+
+
+@pytest.mark.parametrize("row, message", [
+    ("mq2008,a,neural,test,ndcg@1,abc,0.01,2\n", ":3: column 'mean': not a number: 'abc'"),
+    ("mq2008,a,neural,test,ndcg@1,nan,0.01,2\n", ":3: column 'mean': not a finite number: 'nan'"),
+    ("mq2008,a,neural,test,ndcg@1,inf,0.01,2\n", ":3: column 'mean': not a finite number: 'inf'"),
+    ("mq2008,a,neural,test,ndcg@1,0.5,x,2\n", ":3: column 'std': not a number: 'x'"),
+    ("mq2008,a,neural,test,ndcg@1,0.5,-0.1,2\n", ":3: column 'std': a negative standard deviation"),
+])
+@pytest.mark.parametrize("figure", ["summary", "forest"])
+def test_summary_csv_bad_cell_names_file_line_and_column(tmp_path, capsys, figure, row, message):
+    summary = tmp_path / "summary.csv"
+    summary.write_text(_HEADER + _ROW + row)
+    assert main(["plot", figure, str(summary), "--out", str(tmp_path / "f.png")]) == 2
+    assert f"{summary}{message}" in _error(capsys)
+    assert not (tmp_path / "f.png").exists()
+
+
+@pytest.mark.parametrize("figure, extra", [("summary", []), ("forest", []), ("forest", ["--published"])])
+def test_summary_csv_not_utf8_names_file_and_line(tmp_path, capsys, figure, extra):
+    summary = tmp_path / "summary.csv"
+    summary.write_bytes((_HEADER + _ROW).encode() + "mq2008,é,neural,test,map,0.1,0.1,2\n".encode("latin-1"))
+    assert main(["plot", figure, str(summary), "--out", str(tmp_path / "f.png"), *extra]) == 2
+    assert f"{summary}:3: not UTF-8 text" in _error(capsys)
+
+
+def test_published_with_an_unreadable_spec_is_a_clear_error(tmp_path, capsys):
+    summary = tmp_path / "summary.csv"
+    summary.write_text(_HEADER + _ROW)
+    spec = tmp_path / "spec.yaml"
+    for content in ("name: [unclosed\n", "- a list\n"):
+        spec.write_text(content)
+        assert main(["plot", "forest", str(summary), "--out", str(tmp_path / "f.png"), "--published"]) == 2
+        assert str(spec) in _error(capsys)
+
+
+def test_metrics_log_not_utf8_names_file_and_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes(b'{"epoch": 1, "loss": 0.1}\n{"epoch": 2, "note": "\xe9"}\n')
+    assert main(["plot", "curves", str(run), "--out", str(tmp_path / "c.png")]) == 2
+    assert f"{run / 'metrics.jsonl'}:2: not UTF-8 text" in _error(capsys)
