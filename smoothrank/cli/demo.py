@@ -31,17 +31,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.epochs < 1:
         raise CLIError(f"--epochs: expected a positive count, got {args.epochs}")
-    if not 0 <= args.seed <= _MAX_SEED:
+    from smoothrank._config_types import SEED_MAX
+
+    if not 0 <= args.seed <= SEED_MAX:
         raise CLIError(f"--seed: expected an integer in [0, 2**64 - 1], got {args.seed}")
     losses = _parse_losses(args.losses)
     folds = _parse_folds(args.folds)
-    _check_run_dir(args.run_dir, losses, folds)
+    _check_run_dir(args.run_dir)
     run_demo(losses=losses, epochs=args.epochs, seed=args.seed, folds=folds,
              run_root=args.run_dir, quiet=args.quiet)
     return 0
 
 
-_MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most 64 bits
 _FOLDS = range(1, 6)  # MQ2008 Fold1..Fold5
 
 
@@ -67,23 +68,15 @@ def _parse_folds(text: str) -> list[int]:
     return list(range(low, high + 1))
 
 
-def _check_run_dir(text: str | None, losses: list[str] | None, folds: list[int]) -> None:
-    """Refuse a --run-dir the demo cannot use, before any training: empty, not a folder, or already
-    holding a run the demo would write (run_demo's layout: RUN_DIR/fold<k>/<loss>/)."""
+def _check_run_dir(text: str | None) -> None:
+    """Refuse a --run-dir that cannot be a folder (empty, or under a file) before any training;
+    ``run_demo`` refuses one that already holds its runs."""
     if text is None:
         return  # a temporary folder
     if not text.strip():
         raise CLIError("--run-dir: empty path")
     from smoothrank._atomic import blocking_file
-    from smoothrank.training.demo import DEFAULT_LOSSES
-    from smoothrank.training.trainer import CHECKPOINT
 
-    root = Path(text)
-    blocker = blocking_file(root)
+    blocker = blocking_file(Path(text))
     if blocker is not None:
         raise CLIError(f"--run-dir: {blocker} is not a directory")
-    taken = [f"fold{fold}/{loss}" for fold in folds for loss in losses or DEFAULT_LOSSES
-             if (root / f"fold{fold}" / loss / CHECKPOINT).exists()]
-    if taken:
-        raise CLIError(f"--run-dir: {root} already holds demo runs ({', '.join(taken)}); "
-                       "choose another --run-dir or delete it")

@@ -53,13 +53,11 @@ def _json_number(value: float) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     from smoothrank.data import load_letor, read_predictions  # the data layer loads only when needed
-    from smoothrank.data.letor import gzip_errors
 
     names = _metric_names(args.metrics)
     conv = get_convention(args.convention)
     dataset = load_letor(args.data)
-    with gzip_errors(args.predictions):  # read_predictions lets gzip's own errors through
-        predictions = read_predictions(args.predictions, expected=dataset.n_docs)
+    predictions = read_predictions(args.predictions, expected=dataset.n_docs)
     # Prediction i belongs to the i-th data line of the file, whatever the dataset's row order.
     scores = np.empty(dataset.n_docs, dtype=np.float64)
     scores[np.argsort(dataset.line_numbers, kind="stable")] = predictions

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from smoothrank._atomic import atomic_writer, write_bytes_atomic
+from smoothrank.errors import DataFormatError
 
-__all__ = ["atomic_writer", "is_gzip", "open_binary", "read_bytes", "write_bytes_atomic"]
+__all__ = ["atomic_writer", "gzip_errors", "is_gzip", "open_binary", "read_bytes", "write_bytes_atomic"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -26,7 +31,20 @@ def open_binary(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
+@contextlib.contextmanager
+def gzip_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn a damaged gzip stream read inside the block into a :class:`DataFormatError` naming ``path``.
+
+    gzip only notices truncation or a bad CRC when it reaches the damage (often the very end), so
+    the whole read must be inside the block.
+    """
+    try:
+        yield
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise DataFormatError(f"{path}: corrupt or truncated gzip file ({err})") from None
+
+
 def read_bytes(path: Path) -> bytes:
-    """The whole (decompressed) content of ``path``."""
-    with open_binary(path) as handle:
+    """The whole (decompressed) content of ``path``; a damaged gzip file is a DataFormatError."""
+    with gzip_errors(path), open_binary(path) as handle:
         return handle.read()

@@ -23,12 +23,9 @@ large file much faster.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gzip
 import os
 import re
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from smoothrank.data import cache as _cache
-from smoothrank.data._io import open_binary
+from smoothrank.data._io import gzip_errors, open_binary
 from smoothrank.data.dataset import Dataset
 from smoothrank.errors import DataFormatError, SmoothrankError
 
@@ -175,19 +172,6 @@ def parse_letor(
         if dataset is not None:
             return dataset
     return _parse_lines([data.splitlines(keepends=True)], **context)
-
-
-@contextlib.contextmanager
-def gzip_errors(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn a damaged gzip stream read inside the block into a :class:`DataFormatError` naming ``path``.
-
-    gzip only notices truncation or a bad CRC when it reaches the damage (often the very end), so
-    the whole read must be inside the block. Shared with the prediction-file reader of the CLI.
-    """
-    try:
-        yield
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise DataFormatError(f"{path}: corrupt or truncated gzip file ({err})") from None
 
 
 # --------------------------------------------------------------------------------- fast path

@@ -50,15 +50,14 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     field_validator,
 )
 
+from smoothrank._config_types import Seed as _Seed
 from smoothrank.errors import ConfigError, SmoothrankError
 
 __all__ = ["Cell", "ExperimentSpec", "expand", "load_spec", "spec_from_dict"]
@@ -70,22 +69,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _not_bool(value: Any) -> Any:
-    # A YAML true/false would pass as 1/0 (bool is an int subclass).
-    if isinstance(value, bool):
-        raise ValueError("expected an integer, not a boolean")
-    return value
-
-
-def _seed_range(value: int) -> int:
-    # Seeds are unsigned 64-bit (torch.manual_seed takes no more); bounded here since pydantic
-    # would print 2**64 - 1 rounded to a float.
-    if not 0 <= value <= 2**64 - 1:
-        raise ValueError(f"expected an integer from 0 to 2**64 - 1, got {value}")
-    return value
-
-
-_Seed = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_seed_range)]
 
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 

@@ -16,9 +16,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -26,6 +24,10 @@ from pydantic import (
     model_validator,
 )
 
+from smoothrank._config_types import SEED_MAX as SEED_MAX
+from smoothrank._config_types import Float as _Float
+from smoothrank._config_types import Int as _Int
+from smoothrank._config_types import Seed as _Seed
 from smoothrank.errors import ConfigError
 
 __all__ = [
@@ -43,29 +45,6 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _not_bool(value: Any) -> Any:
-    # bool is an int subclass: YAML's true/false would pass as 1/0 (``epochs: true`` -> 1 epoch).
-    if isinstance(value, bool):
-        raise ValueError("expected a number, not a boolean")
-    return value
-
-
-#: Numbers of the config: no booleans, and no infinity or NaN for floats.
-_Int = Annotated[int, BeforeValidator(_not_bool)]
-_Float = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
-
-#: Seeds are unsigned 64-bit integers (torch.manual_seed takes no more).
-SEED_MAX = 2**64 - 1
-
-
-def _in_seed_range(value: int) -> int:
-    # A bound of its own: pydantic would print 2**64 - 1 rounded to a float.
-    if not 0 <= value <= SEED_MAX:
-        raise ValueError(f"expected an integer from 0 to 2**64 - 1 = {SEED_MAX}")
-    return value
-
-
-_Seed = Annotated[_Int, AfterValidator(_in_seed_range)]
 
 
 class DataConfig(_Section):

@@ -101,6 +101,8 @@ def run_demo(*, losses: Sequence[str] | None = None, epochs: int = 15, seed: int
     folds = list(folds) if splits is None else [1]
     if not folds or any(f not in (1, 2, 3, 4, 5) for f in folds) or len(set(folds)) != len(folds):
         raise ConfigError(f"--folds: expected distinct folds among 1..5, got {folds}")
+    if run_root is not None:
+        _refuse_finished_runs(Path(run_root), chosen, folds)
     progress = _DemoProgress(quiet, epochs)
     per_fold: dict[str, list[dict[str, float]]] = {}
     total = len(chosen) * len(folds)
@@ -111,7 +113,7 @@ def run_demo(*, losses: Sequence[str] | None = None, epochs: int = 15, seed: int
             for index, loss in enumerate(chosen):
                 label = LABELS.get(loss, loss)
                 started = time.perf_counter()
-                config = demo_config(loss, epochs=epochs, seed=seed, run_dir=str(root / f"fold{fold}" / loss))
+                config = demo_config(loss, epochs=epochs, seed=seed, run_dir=str(_run_dir(root, fold, loss)))
                 progress.start(f"[{fold_index * len(chosen) + index + 1}/{total}] Fold{fold} {label}")
                 result = train(config, quiet=True, splits=data, on_epoch=progress.epoch)
                 progress.finish(f"best epoch {result.best_epoch} "
@@ -123,6 +125,22 @@ def run_demo(*, losses: Sequence[str] | None = None, epochs: int = 15, seed: int
                for label, runs in per_fold.items()}
     print(format_leaderboard(results, folds=folds), file=stream)
     return results
+
+
+def _run_dir(root: Path, fold: int, loss: str) -> Path:
+    return root / f"fold{fold}" / loss
+
+
+def _refuse_finished_runs(root: Path, losses: Sequence[str], folds: Sequence[int]) -> None:
+    """Refuse a run root that already holds a run the demo would write, before any training."""
+    from smoothrank.errors import ConfigError
+    from smoothrank.training.trainer import CHECKPOINT
+
+    taken = [f"fold{fold}/{loss}" for fold in folds for loss in losses
+             if (_run_dir(root, fold, loss) / CHECKPOINT).exists()]
+    if taken:
+        raise ConfigError(f"--run-dir: {root} already holds demo runs ({', '.join(taken)}); "
+                          "choose another --run-dir or delete it")
 
 
 def _load_fold(fold: int) -> dict[str, Any]:
