@@ -1,4 +1,5 @@
-"""Exceptions with messages meant for users (the CLI prints them without a traceback)."""
+"""Exceptions and warnings with messages meant for users (the CLI prints them without a traceback, as
+``smoothrank: error: ...`` and ``smoothrank: warning: ...``)."""
 
 
 class SmoothrankError(ValueError):
@@ -11,3 +12,7 @@ class DataFormatError(SmoothrankError):
 
 class ConfigError(SmoothrankError):
     """An invalid configuration; the message lists every problem found."""
+
+
+class SmoothrankWarning(UserWarning):
+    """Base class of smoothrank's warnings: the work goes on, but the user should know."""

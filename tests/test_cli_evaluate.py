@@ -107,3 +107,18 @@ def test_mq2008_end_to_end(shared_dir, tmp_path, capsys):
     for name, value in want.items():
         assert doc["metrics"][name] == pytest.approx(value, abs=1e-12)
     assert doc["metrics"]["ndcg@10"] < doc["metrics"]["ndcg@8"]
+
+
+def test_a_file_wider_than_the_inferred_limit_needs_n_features(files, capsys, tmp_path):
+    # Features are stored dense, so an index above 65536 is refused unless --n-features confirms it;
+    # evaluate must offer the option as predict does, or such a file could not be evaluated at all.
+    data, preds = files
+    wide = tmp_path / "wide.txt"
+    wide.write_text(data.read_text().replace("2:0.5", "70000:0.5", 1))
+    status, _, err = run_cli(capsys, "--data", wide, "--predictions", preds, "--metrics", "ndcg@1")
+    assert status == 2 and f"{wide}:1:" in err and "n_features" in err
+    status, out, _ = run_cli(capsys, "--data", wide, "--predictions", preds, "--metrics", "map",
+                             "--n-features", 70000, "--format", "json")
+    assert status == 0 and json.loads(out)["metrics"]["map"] == pytest.approx((1 / 2 + 2 / 3) / 4)
+    status, _, err = run_cli(capsys, "--data", wide, "--predictions", preds, "--n-features", 0)
+    assert status == 2 and "--n-features: expected a positive count" in err

@@ -32,6 +32,9 @@ def add_parser(subparsers: Any) -> None:
                         help="evaluation convention (default: letor4, the official LETOR 4.0 script)")
     parser.add_argument("--format", default="table", choices=("table", "json"))
     parser.add_argument("--per-query", action="store_true", help="also print each query's values")
+    parser.add_argument("--n-features", type=int, default=None,
+                        help="feature count of a DATA file wider than the reader infers on its own "
+                             "(65536; see docs/data.md)")
     parser.set_defaults(func=run)
 
 
@@ -56,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
     names = _metric_names(args.metrics)
     conv = get_convention(args.convention)
-    dataset = load_letor(args.data)
+    if args.n_features is not None and args.n_features < 1:
+        raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
+    dataset = load_letor(args.data, n_features=args.n_features)
     predictions = read_predictions(args.predictions, expected=dataset.n_docs)
     # Prediction i belongs to the i-th data line of the file, whatever the dataset's row order.
     scores = np.empty(dataset.n_docs, dtype=np.float64)

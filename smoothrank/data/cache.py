@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from smoothrank.data._io import atomic_writer
+from smoothrank.errors import SmoothrankWarning
 
 #: Bump when the parser's output for the same input and options changes.
 FORMAT_VERSION = 1
@@ -53,7 +54,8 @@ def load_entry(key: str) -> dict[str, np.ndarray] | None:
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        # our own handle: np.load leaves the file it opened unclosed when the zip is damaged
+        with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in _FIELDS}
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
         return None  # a damaged entry: parse again and overwrite it
@@ -68,4 +70,5 @@ def store_entry(key: str, arrays: Mapping[str, np.ndarray]) -> None:
         with atomic_writer(folder / f"{key}.npz") as handle:
             np.savez(handle, **{name: arrays[name] for name in _FIELDS})
     except OSError as err:
-        warnings.warn(f"smoothrank: could not write the dataset cache in {folder}: {err}", stacklevel=3)
+        warnings.warn(f"could not write the dataset cache in {folder}: {err}", SmoothrankWarning,
+                      stacklevel=3)

@@ -83,8 +83,8 @@ class Dataset:
             docs = lines.astype(np.str_)
         else:
             docs = np.asarray([str(d) for d in np.asarray(doc_ids).tolist()], dtype=np.str_)
-        return cls(features.astype(np.float32, copy=False), labels.astype(np.float32, copy=False),
-                   qids, docs, offsets, lines, source)
+        features32, labels32 = _finite_float32(features, "features"), _finite_float32(labels, "labels")
+        return cls(features32, labels32, qids, docs, offsets, lines, source)
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -183,6 +183,20 @@ def concat_datasets(datasets: Sequence[Dataset], *, source: str | None = None) -
                    np.concatenate([d.qids for d in parts]), np.concatenate([d.doc_ids for d in parts]),
                    offsets.astype(np.int64), np.concatenate([d.line_numbers for d in parts]),
                    source if source is not None else " + ".join(d.source for d in parts))
+
+
+def _finite_float32(values: np.ndarray, name: str) -> np.ndarray:
+    """``values`` as float32, or a SmoothrankError naming the first NaN/inf (also one made by the cast)."""
+    if values.dtype.kind not in "biuf":
+        raise SmoothrankError(f"from_arrays: {name}: expected numbers, got dtype {values.dtype}")
+    with np.errstate(over="ignore"):
+        out = values.astype(np.float32, copy=False)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        where = np.unravel_index(int(np.argmax(bad)), out.shape)
+        raise SmoothrankError(f"from_arrays: {name}{list(map(int, where))} is {float(values[where])!r}, "
+                              "not a finite float32 (NaN, inf or beyond its range); fill or drop it first")
+    return out
 
 
 def _validate(ds: Dataset) -> None:

@@ -23,6 +23,7 @@ large file much faster.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -43,11 +44,16 @@ _NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)
                      re.IGNORECASE)
 _F32_MAX = float(np.finfo(np.float32).max)
 _MAX_INDEX = 2**31 - 2
+_MAX_GROUP = 2**40  # far beyond any file; keeps the sum of group sizes inside int64
 #: Files at least this large (raw bytes) are cached when ``cache=None``.
 AUTO_CACHE_BYTES = 1 << 20
 #: Inputs at least this large (bytes on disk, or in memory) try the compiled scanner first; smaller
 #: ones are parsed in a few milliseconds anyway and need not import Numba.
 FAST_MIN_BYTES = 1 << 16
+#: Without ``n_features``, a feature index above this is refused: the features are stored dense, so
+#: one stray index (``1000000000:1``) would otherwise make an n_docs x 1e9 float32 matrix. LETOR
+#: datasets have at most ~700 features; wider (hashed) files pass ``n_features`` to confirm.
+MAX_INFERRED_FEATURES = 1 << 16
 _CHUNK_BYTES = 1 << 24
 
 
@@ -139,12 +145,15 @@ def load_letor(
         key = _cache.cache_key(digests, options.as_dict())
         entry = _cache.load_entry(key)
         if entry is not None:
-            return Dataset(source=str(path), **entry)
+            try:
+                return Dataset(source=str(path), **entry)
+            except SmoothrankError:
+                pass  # a readable but inconsistent entry is damaged too: parse again, overwrite it
     sizes = _read_query_file(side) if side is not None else None
     context = {"source": str(path), "options": options, "query_sizes": sizes,
                "query_source": str(side) if side else None}
     dataset = None
-    with gzip_errors(path):
+    with gzip_errors(path), _memory_errors(path):
         if path.stat().st_size >= FAST_MIN_BYTES:
             with open_binary(path) as handle:
                 dataset = _fast_parse(_file_chunks(handle, _CHUNK_BYTES), **context)
@@ -165,13 +174,34 @@ def parse_letor(
 ) -> Dataset:
     """Parse LETOR text already in memory (the options are those of :func:`load_letor`)."""
     opts = ReaderOptions(**options)  # type: ignore[arg-type]
-    sizes = None if query_sizes is None else np.asarray(query_sizes, dtype=np.int64)
+    sizes = None if query_sizes is None else _check_query_sizes(query_sizes)
     context = {"source": source, "options": opts, "query_sizes": sizes, "query_source": "query_sizes"}
-    if len(data) >= FAST_MIN_BYTES:
-        dataset = _fast_parse(_memory_chunks(data, _CHUNK_BYTES), **context)
-        if dataset is not None:
-            return dataset
-    return _parse_lines([data.splitlines(keepends=True)], **context)
+    with _memory_errors(source):
+        if len(data) >= FAST_MIN_BYTES:
+            dataset = _fast_parse(_memory_chunks(data, _CHUNK_BYTES), **context)
+            if dataset is not None:
+                return dataset
+        return _parse_lines([data.splitlines(keepends=True)], **context)
+
+
+def _check_query_sizes(query_sizes: Sequence[int]) -> np.ndarray:
+    """``query_sizes`` as int64, or a SmoothrankError naming the argument (not a broken Dataset later)."""
+    sizes = np.asarray(query_sizes)
+    if sizes.ndim != 1 or sizes.shape[0] == 0 or sizes.dtype.kind not in "iuf" \
+            or not np.all(np.isfinite(sizes)) or np.any(sizes != np.round(sizes)) or np.any(sizes < 1):
+        raise SmoothrankError(f"query_sizes: expected a non-empty 1-D sequence of positive integers, "
+                              f"got {query_sizes!r}")
+    return sizes.astype(np.int64)
+
+
+@contextlib.contextmanager
+def _memory_errors(source: str | os.PathLike[str]) -> Iterator[None]:
+    """A failed allocation of the dense float32 features as an error naming the input."""
+    try:
+        yield
+    except MemoryError as err:
+        raise SmoothrankError(f"{source}: not enough memory for its dense float32 features ({err}); "
+                              "check n_features and the largest feature index") from None
 
 
 # --------------------------------------------------------------------------------- fast path
@@ -272,6 +302,8 @@ def _fast_parse(chunks: Iterable[bytes | memoryview], *, source: str, options: R
         if n_tok:
             if options.zero_based is False and not cols.all():
                 return None
+            if limit is None and max_index > MAX_INFERRED_FEATURES:
+                return None  # the strict parser names the line
             if limit is not None:
                 if max_index > limit:
                     return None
@@ -331,6 +363,8 @@ def _find_query_file(path: Path, query_file: str | os.PathLike[str] | None) -> P
         return None
     side = Path(query_file)
     if not side.is_file():
+        if side.exists():
+            raise SmoothrankError(f"query_file: {side} is not a file")
         raise FileNotFoundError(2, "No such file or directory (query_file)", str(side))
     return side
 
@@ -347,14 +381,14 @@ def _first_line_has_qid(path: Path) -> bool:
 def _read_query_file(path: Path) -> np.ndarray:
     """Group sizes, one positive integer per line (blank lines ignored)."""
     sizes = []
-    with open(path, "rb") as handle:
+    with gzip_errors(path), open_binary(path) as handle:  # gzip like the data file
         for lineno, raw in enumerate(handle, 1):
             text = raw.strip()
             if not text:
                 continue
-            if not text.isdigit() or int(text) == 0:
-                raise DataFormatError(f"{path}:{lineno}: a group size must be a positive integer, "
-                                      f"got {_show(text)}")
+            if not text.isdigit() or not 0 < int(text) <= _MAX_GROUP:
+                raise DataFormatError(f"{path}:{lineno}: a group size must be a positive integer "
+                                      f"(at most {_MAX_GROUP}), got {_show(text)}")
             sizes.append(int(text))
     if not sizes:
         raise DataFormatError(f"{path}: no group sizes")
@@ -379,8 +413,9 @@ class _Rows:
 def _parse_stream(handle, *, source: str, options: ReaderOptions, query_sizes: np.ndarray | None,
                   query_source: str | None, chunk_bytes: int = 1 << 24) -> Dataset:
     def chunks():
-        while lines := handle.readlines(chunk_bytes):
-            yield lines
+        # bytes.splitlines, as parse_letor splits: a lone CR ends a line in both readers
+        for block in _file_chunks(handle, chunk_bytes):
+            yield block.splitlines(keepends=True)
     return _parse_lines(chunks(), source=source, options=options, query_sizes=query_sizes,
                         query_source=query_source)
 
@@ -502,6 +537,11 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
 
     if np.any(index > _MAX_INDEX):
         fail(index > _MAX_INDEX, "feature index too large in {tok}")
+    if options.n_features is None and np.any(index > MAX_INFERRED_FEATURES):
+        fail(index > MAX_INFERRED_FEATURES,
+             f"feature index in {{tok}} is above {MAX_INFERRED_FEATURES}, the largest read without "
+             "n_features (features are stored dense: n_docs x n_features float32); pass "
+             "n_features=<feature count> to confirm a file this wide")
     index = index.astype(np.int64)
     if not np.all(np.isfinite(values)):
         fail(~np.isfinite(values), "non-finite feature value in {tok}")

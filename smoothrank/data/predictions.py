@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
 from smoothrank.data._io import read_bytes
 from smoothrank.errors import DataFormatError, SmoothrankError
+
+# Decimal numbers as C's strtod and Perl read them, plus nan/inf (refused below with their own message).
+_SCORE = re.compile(rb"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE)
 
 
 def read_predictions(path: str | os.PathLike[str], *, expected: int | None = None) -> np.ndarray:
@@ -28,14 +32,14 @@ def read_predictions(path: str | os.PathLike[str], *, expected: int | None = Non
     scores = np.empty(len(lines), dtype=np.float64)
     for i, raw in enumerate(lines):
         text = raw.strip()
-        try:
-            value = float(text)
-        except ValueError:
-            why = "is empty" if not text else f"is not a number: {text[:40].decode('utf-8', 'replace')!r}"
-            raise DataFormatError(f"{path}:{i + 1}: the score {why}") from None
+        shown = repr(text[:40].decode("utf-8", "replace"))
+        # float() alone would also take Python-only syntax ("1_0" is 10.0) that other tools read otherwise
+        if not _SCORE.fullmatch(text):
+            why = "is empty" if not text else f"is not a number: {shown}"
+            raise DataFormatError(f"{path}:{i + 1}: the score {why}")
+        value = float(text)
         if not np.isfinite(value):
-            raise DataFormatError(f"{path}:{i + 1}: the score is not finite: "
-                                  f"{text.decode('utf-8', 'replace')!r}")
+            raise DataFormatError(f"{path}:{i + 1}: the score is not finite: {shown}")
         scores[i] = value
     if expected is not None and len(lines) != expected:
         where = f"{path}:{len(lines) + 1}" if len(lines) < expected else f"{path}:{expected + 1}"

@@ -136,13 +136,27 @@ def _check_width(dataset: Dataset, width: int, name: str) -> None:
         raise SmoothrankError(f"{name}: fitted on {width} features, the dataset has {dataset.n_features}")
 
 
+def _standardize_state(state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``mean`` and ``std`` of a saved state, checked: a NaN or 0 there makes every feature NaN/inf."""
+    try:
+        mean = np.asarray(state["mean"], dtype=np.float64)
+        std = np.asarray(state["std"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError) as err:
+        raise SmoothrankError(f"transform_from_state: Standardize needs numeric 'mean' and 'std' ({err})") \
+            from None
+    if mean.ndim != 1 or mean.shape != std.shape or not np.all(np.isfinite(mean)) \
+            or not np.all(np.isfinite(std)) or np.any(std <= 0):
+        raise SmoothrankError("transform_from_state: Standardize needs 'mean' and 'std' of one finite "
+                              "number per feature, std > 0")
+    return mean, std
+
+
 def transform_from_state(state: dict[str, Any]) -> Transform:
     """Rebuild a transform from its :meth:`state_dict`."""
     kind = state.get("type") if isinstance(state, dict) else None
     if kind == "Standardize":
         t = Standardize()
-        t.mean = np.asarray(state["mean"], dtype=np.float64)
-        t.std = np.asarray(state["std"], dtype=np.float64)
+        t.mean, t.std = _standardize_state(state)
         return t
     if kind == "SignedLog1p":
         return SignedLog1p(state.get("features"))

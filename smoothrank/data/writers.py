@@ -22,10 +22,12 @@ def _scores_array(scores: object, n: int | None, argument: str = "scores") -> np
             scores = scores.detach().cpu().double().numpy()
     except ImportError:  # pragma: no cover - torch is a dependency
         pass
-    array = np.asarray(scores, dtype=np.float64).reshape(-1) if np.ndim(scores) <= 1 else None
-    if array is None:
-        raise SmoothrankError(f"{argument}: expected one score per document (1-D), "
-                              f"got shape {np.shape(scores)}")
+    raw = np.asarray(scores)
+    if raw.dtype.kind not in "iuf":  # None, strings, objects, complex: not scores (None would be NaN)
+        raise SmoothrankError(f"{argument}: expected numbers, got an array of dtype {raw.dtype}")
+    if raw.ndim > 1:
+        raise SmoothrankError(f"{argument}: expected one score per document (1-D), got shape {raw.shape}")
+    array = raw.astype(np.float64).reshape(-1)
     if n is not None and array.shape[0] != n:
         raise SmoothrankError(f"{argument}: expected {n} scores (one per document), got {array.shape[0]}")
     if not np.all(np.isfinite(array)):
@@ -59,6 +61,21 @@ def _check_token(value: str, what: str) -> None:
         raise SmoothrankError(f"{what} {value!r} is empty or contains whitespace; TREC files cannot hold it")
 
 
+def _check_unique_docs(dataset: Dataset) -> None:
+    """Refuse a document id repeated within a query: trec_eval rejects such a run ("duplicate docs")
+    and a qrels file would judge the document twice, so no TREC file is written with one."""
+    query, docs = dataset.query_of_row(), dataset.doc_ids
+    order = np.lexsort((np.arange(dataset.n_docs), docs, query))  # by query, docid, then row
+    dup = (query[order][1:] == query[order][:-1]) & (docs[order][1:] == docs[order][:-1])
+    if dup.any():
+        k = int(np.argmax(dup))
+        first, second = int(order[k]), int(order[k + 1])
+        raise SmoothrankError(f"{dataset.source}: docid {str(docs[first])!r} appears more than once in qid "
+                              f"{str(dataset.qids[query[first]])!r} (lines {dataset.line_numbers[first]} and "
+                              f"{dataset.line_numbers[second]}); TREC run and qrels files need unique "
+                              "document ids per query")
+
+
 def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: object, *,
                    tag: str = "smoothrank") -> None:
     """Write a TREC run file: ``qid Q0 docid rank score tag``, ranks from 1 by descending score.
@@ -69,6 +86,7 @@ def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: objec
     """
     array = _scores_array(scores, dataset.n_docs)
     _check_token(tag, "tag")
+    _check_unique_docs(dataset)
     out = []
     for q in range(dataset.n_queries):
         qid = str(dataset.qids[q])
@@ -90,6 +108,7 @@ def write_qrels(path: str | os.PathLike[str], dataset: Dataset) -> None:
         i = int(np.argmax(labels != np.round(labels)))
         raise SmoothrankError(f"qrels need integer labels; row {i} (line {dataset.line_numbers[i]}) "
                               f"has {labels[i]}")
+    _check_unique_docs(dataset)
     query_of_row = dataset.query_of_row()
     out = []
     for i in range(dataset.n_docs):
@@ -101,6 +120,16 @@ def write_qrels(path: str | os.PathLike[str], dataset: Dataset) -> None:
         handle.write("".join(out).encode())
 
 
+def _check_finite(dataset: Dataset) -> None:
+    """No NaN/inf written: the reader (and every other LETOR tool) refuses them."""
+    for name, values in (("label", dataset.labels), ("feature value", dataset.features)):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            row = int(np.argmax(bad.reshape(values.shape[0], -1).any(axis=1)))
+            raise SmoothrankError(f"{dataset.source}: row {row} (line {dataset.line_numbers[row]}) has a "
+                                  f"non-finite {name}; a LETOR file cannot hold it")
+
+
 def write_letor(path: str | os.PathLike[str], dataset: Dataset, *, sparse: bool = False,
                 doc_ids: bool = True) -> None:
     """Write ``dataset`` as a LETOR file ``label qid:Q 1:v ... #docid = D`` (1-based indices).
@@ -109,6 +138,11 @@ def write_letor(path: str | os.PathLike[str], dataset: Dataset, *, sparse: bool 
     ``sparse=True`` omits zero values (read back with ``n_features=`` to keep trailing
     all-zero columns). A ``.gz`` path is gzip-compressed.
     """
+    _check_finite(dataset)
+    for qid in dataset.qids.tolist():
+        _check_token(qid, "qid")
+        if "#" in qid:  # the reader would take the rest of the line (the features) for a comment
+            raise SmoothrankError(f"qid {qid!r} contains '#', which starts a comment in a LETOR file")
     query_of_row = dataset.query_of_row()
     names = [f"{j + 1}:" for j in range(dataset.n_features)]
     with atomic_writer(path) as handle:
@@ -117,7 +151,6 @@ def write_letor(path: str | os.PathLike[str], dataset: Dataset, *, sparse: bool 
             cols = np.flatnonzero(row) if sparse else range(dataset.n_features)
             feats = " ".join(names[j] + f"{row[j]:.9g}" for j in cols)
             qid = str(dataset.qids[query_of_row[i]])
-            _check_token(qid, "qid")
             line = f"{dataset.labels[i]:.9g} qid:{qid}" + (" " + feats if feats else "")
             if doc_ids:
                 _check_token(str(dataset.doc_ids[i]), "docid")

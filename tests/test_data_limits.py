@@ -1,0 +1,194 @@
+"""Adversarial but realistic inputs to the data layer: sizes, odd syntax, damaged side files, writers."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smoothrank.data import (
+    Dataset,
+    letor,
+    load_letor,
+    parse_letor,
+    read_predictions,
+    write_letor,
+    write_qrels,
+    write_trec_run,
+)
+from smoothrank.data import cache as data_cache
+from smoothrank.errors import DataFormatError, SmoothrankError
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMOOTHRANK_CACHE", str(tmp_path / "cache"))
+
+
+def _write(tmp_path: Path, data: bytes | str, name: str = "data.txt") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+# ----------------------------------------------------------------------------- width and memory
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_stray_huge_feature_index_is_refused_without_n_features(tmp_path, monkeypatch, fast):
+    """One ``1000000000:1`` used to allocate a dense n_docs x 1e9 float32 matrix (8 GB for 2 lines)."""
+    if fast:
+        monkeypatch.setattr(letor, "FAST_MIN_BYTES", 0)
+    path = _write(tmp_path, "1 qid:1 1:1 2:3\n0 qid:1 1:2 1000000000:1\n")
+    with pytest.raises(DataFormatError, match=rf"^{re.escape(str(path))}:2: .*1000000000:1.* n_features="):
+        load_letor(path, cache=False)
+    wide = _write(tmp_path, f"1 qid:1 1:1 {letor.MAX_INFERRED_FEATURES}:2\n", name="wide.txt")
+    assert load_letor(wide, cache=False).n_features == letor.MAX_INFERRED_FEATURES  # the limit itself is fine
+    hashed = _write(tmp_path, "1 qid:1 1:1 70000:2\n", name="hashed.txt")
+    ds = load_letor(hashed, n_features=70000, cache=False)  # an explicit width is a confirmation
+    assert ds.features.shape == (1, 70000) and ds.features[0, 69999] == 2
+
+
+def test_a_stray_huge_index_in_a_large_file_names_its_line(tmp_path):
+    lines = [f"{i % 3} qid:{i // 10} 1:{i} 2:0.5" for i in range(10000)]
+    lines[5000] += " 1000000000:1"
+    path = _write(tmp_path, "\n".join(lines) + "\n", name="big.txt")
+    assert path.stat().st_size >= letor.FAST_MIN_BYTES  # the compiled scanner's path
+    with pytest.raises(DataFormatError, match=r"big\.txt:5001: feature index in '1000000000:1' is above"):
+        load_letor(path, cache=False)
+
+
+def test_features_too_large_for_memory_are_a_clear_error(tmp_path):
+    """40000 rows x (2**31 - 2) float32 columns (~300 TiB) cannot be allocated: no bare MemoryError."""
+    path = _write(tmp_path, "0 qid:1 1:1\n" * 40000)
+    with pytest.raises(SmoothrankError, match=rf"^{re.escape(str(path))}: not enough memory"):
+        load_letor(path, n_features=2**31 - 2, cache=False)
+    with pytest.raises(SmoothrankError, match=r"^mem: not enough memory"):
+        parse_letor(b"0 qid:1 1:1\n" * 40000, source="mem", n_features=2**31 - 2)
+
+
+# ----------------------------------------------------------------------------- line ends
+def test_a_lone_carriage_return_ends_a_line_in_files_as_in_memory(tmp_path):
+    """Classic Mac line ends: ``parse_letor`` read them, ``load_letor`` (readlines) did not."""
+    data = b"1 qid:1 1:1\r0 qid:1 1:2\r2 qid:2 1:3 #docid = D\r"
+    ds = load_letor(_write(tmp_path, data), cache=False)
+    expected = parse_letor(data)
+    np.testing.assert_array_equal(ds.features, expected.features)
+    np.testing.assert_array_equal(ds.line_numbers, [1, 2, 3])
+    assert ds.doc_ids.tolist() == ["1", "2", "D"] and ds.qids.tolist() == ["1", "2"]
+    mixed = _write(tmp_path, b"1 qid:1 1:1\n0 qid:1 1:2\r1 qid:1 1:3\r\n2 qid:1 x\n", name="mixed.txt")
+    with pytest.raises(DataFormatError, match=r"mixed\.txt:4: "):  # the line parse_letor names too
+        load_letor(mixed, cache=False)
+
+
+# ----------------------------------------------------------------------------- side files and arguments
+def test_query_file_damage_is_a_clear_error(tmp_path):
+    data = _write(tmp_path, "1 1:1\n0 1:2\n2 1:3\n", name="r.txt")
+    side = _write(tmp_path, "99999999999999999999999\n", name="r.txt.query")
+    with pytest.raises(DataFormatError, match=r"r\.txt\.query:1: a group size must be a positive integer"):
+        load_letor(data, cache=False)  # was a bare OverflowError
+    side.write_bytes(gzip.compress(b"2\n1\n"))  # gzip like the data file
+    assert load_letor(data, cache=False).offsets.tolist() == [0, 2, 3]
+    with pytest.raises(SmoothrankError, match=r"query_file: .* is not a file"):
+        load_letor(data, query_file=tmp_path, cache=False)
+
+
+@pytest.mark.parametrize("sizes", [[0, 3], [4, -1], [1.5, 1.5], [[1, 2]], []])
+def test_bad_query_sizes_name_the_argument(sizes):
+    with pytest.raises(SmoothrankError, match=r"^query_sizes: expected a non-empty 1-D sequence"):
+        parse_letor(b"1 1:1\n0 1:2\n2 1:3\n", query_sizes=sizes)
+
+
+# ----------------------------------------------------------------------------- cache
+def test_damaged_cache_entries_are_parsed_again_without_leaks(tmp_path):
+    path = _write(tmp_path, "".join(f"{i % 3} qid:{i // 10} 1:{i}\n" for i in range(50)))
+    reference = load_letor(path, cache=True)
+    (entry,) = data_cache.cache_dir().glob("*.npz")
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[: len(whole) // 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # np.load left the truncated entry's file open (ResourceWarning)
+        np.testing.assert_array_equal(load_letor(path, cache=True).features, reference.features)
+    # a readable entry with the wrong dtypes (not a Dataset) is damaged too, not a crash
+    with open(entry, "wb") as handle:
+        np.savez(handle, features=np.zeros((50, 1)), labels=np.zeros(50, np.float32), qids=np.array(["0"]),
+                 doc_ids=np.array(["1"] * 50), offsets=np.array([0, 50]), line_numbers=np.arange(50))
+    np.testing.assert_array_equal(load_letor(path, cache=True).features, reference.features)
+    np.testing.assert_array_equal(load_letor(path, cache=True).labels, reference.labels)  # rewritten
+
+
+# ----------------------------------------------------------------------------- predictions
+@pytest.mark.parametrize("text", ["1_0", "0x10", " 2_5e1"])
+def test_prediction_scores_are_decimal_numbers_only(tmp_path, text):
+    """``float()`` read ``1_0`` as 10.0; the Perl LETOR scripts read it as 1."""
+    path = _write(tmp_path, f"1.5\n{text}\n", name="p.txt")
+    with pytest.raises(DataFormatError, match=rf"p\.txt:2: the score is not a number: '{text.strip()}'"):
+        read_predictions(path)
+
+
+def test_prediction_scores_keep_every_decimal_form_and_short_messages(tmp_path):
+    path = _write(tmp_path, "1\n-2.5\n.5\n5.\n+1e-3\n-0\r\n 7E2 \n", name="p.txt")
+    assert read_predictions(path).tolist() == [1.0, -2.5, 0.5, 5.0, 0.001, -0.0, 700.0]
+    _write(tmp_path, "1" * 400 + "\n", name="p.txt")
+    with pytest.raises(DataFormatError, match=r"not finite: '1{40}'$"):  # cut like the other message
+        read_predictions(path)
+
+
+# ----------------------------------------------------------------------------- writers
+def _with_duplicate_docid() -> Dataset:
+    return parse_letor(b"1 qid:1 1:1 #docid = A\n0 qid:1 1:2 #docid = B\n2 qid:1 1:3 #docid = A\n"
+                       b"1 qid:2 1:1 #docid = A\n", source="dup.txt")
+
+
+def test_trec_files_refuse_a_docid_repeated_within_a_query(tmp_path):
+    ds = _with_duplicate_docid()
+    message = r"^dup\.txt: docid 'A' appears more than once in qid '1' \(lines 1 and 3\)"
+    with pytest.raises(SmoothrankError, match=message):
+        write_trec_run(tmp_path / "run.txt", ds, [1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(SmoothrankError, match=message):
+        write_qrels(tmp_path / "qrels.txt", ds)
+    assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file
+    ok = ds.subset([1])  # the same docid in another query is fine
+    write_trec_run(tmp_path / "run.txt", ok, [1.0])
+    assert (tmp_path / "run.txt").read_text() == "2 Q0 A 1 1.0 smoothrank\n"
+
+
+def test_write_letor_refuses_what_it_could_not_read_back(tmp_path):
+    nan = Dataset(np.array([[1.0], [np.nan]], np.float32), np.zeros(2, np.float32), np.array(["q"]),
+                  np.array(["a", "b"]), np.array([0, 2]), np.array([1, 2]), "mem")
+    with pytest.raises(SmoothrankError, match=r"row 1 \(line 2\) has a non-finite feature value"):
+        write_letor(tmp_path / "nan.txt", nan)
+    hashed = Dataset.from_arrays(np.ones((2, 2), np.float32), np.zeros(2), ["q#1", "q#1"])
+    with pytest.raises(SmoothrankError, match="qid 'q#1' contains '#'"):  # '#...' would read as a comment
+        write_letor(tmp_path / "hash.txt", hashed)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("scores", [["a", "b"], [None, 1.0], np.array([1 + 1j, 2])])
+def test_scores_that_are_not_numbers_name_the_argument(tmp_path, scores):
+    ds = Dataset.from_arrays(np.ones((2, 1), np.float32), np.zeros(2), [1, 1])
+    with pytest.raises(SmoothrankError, match=r"^scores: expected numbers"):
+        write_trec_run(tmp_path / "run.txt", ds, scores)
+
+
+def test_from_arrays_refuses_nan_inf_and_float32_overflow():
+    with pytest.raises(SmoothrankError, match=r"features\[1, 0\] is nan"):
+        Dataset.from_arrays(np.array([[1.0], [np.nan]]), np.zeros(2), [1, 1])
+    with pytest.raises(SmoothrankError, match=r"labels\[0\] is inf"):
+        Dataset.from_arrays(np.ones((2, 1)), np.array([np.inf, 0]), [1, 1])
+    with pytest.raises(SmoothrankError, match=r"features\[0, 1\] is 1e\+300"):  # inf after the cast
+        Dataset.from_arrays(np.array([[1.0, 1e300]]), np.zeros(1), [1])
+
+
+# ----------------------------------------------------------------------------- transforms
+@pytest.mark.parametrize("change", [{"mean": [float("nan"), 0.0]}, {"std": [1.0, 0.0]}, {"std": [1.0]},
+                                    {"mean": None}])
+def test_a_damaged_standardize_state_is_refused_not_nan_features(change):
+    from smoothrank.data.transforms import Standardize, transform_from_state
+
+    ds = Dataset.from_arrays(np.array([[1.0, 2.0], [3.0, 2.0]]), np.zeros(2), [1, 1])
+    state = {**Standardize().fit(ds).state_dict(), **change}
+    with pytest.raises(SmoothrankError, match=r"^transform_from_state: Standardize needs"):
+        transform_from_state(state).transform(ds)
