@@ -78,6 +78,14 @@ def _with_path(err: OSError, path: Path) -> OSError:
     return type(err)(err.errno, err.strerror, str(path))
 
 
+def _naming(err: OSError, path: Path, tmp_name: str | None = None) -> OSError:
+    """``err`` naming ``path`` where it names no file (a full disk on ``write``) or the temporary
+    file; an error about another file (the writer's body reads one) is left as it is."""
+    if err.errno is not None and err.filename in (None, tmp_name):
+        return _with_path(err, path)
+    return err
+
+
 @contextlib.contextmanager
 def _encoded(raw: IO[bytes], path: Path) -> Iterator[IO[bytes]]:
     """``raw``, gzip-compressed with mtime 0 (byte-reproducible) for a ``.gz`` destination."""
@@ -106,8 +114,11 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
     if mode is not None and not stat.S_ISREG(mode):
-        with open(path, "wb") as raw, _encoded(raw, path) as handle:
-            yield handle
+        try:
+            with open(path, "wb") as raw, _encoded(raw, path) as handle:
+                yield handle
+        except OSError as err:
+            raise _naming(err, path) from None
         return
     folder = path.parent if str(path.parent) else Path(".")
     try:
@@ -121,10 +132,11 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
                 yield handle
             raw.flush()
             os.fsync(raw.fileno())
-        try:
-            os.replace(tmp_name, path)
-        except OSError as err:
-            raise _with_path(err, path) from None
+        os.replace(tmp_name, path)
+    except OSError as err:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise _naming(err, path, tmp_name) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)

@@ -4,6 +4,7 @@ demo options, summary CSVs)."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import stat
@@ -188,6 +189,34 @@ def test_a_character_device_is_written_in_place(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["device"]
 
 
+def test_a_full_disk_names_the_destination_and_keeps_the_old_file(tmp_path, monkeypatch):
+    # ENOSPC comes from write/flush/fsync with no file name; the error must name the user's path.
+    target = tmp_path / "scores.txt"
+    target.write_text("old")
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_atomic.os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        _atomic.write_text_atomic(target, "new")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(target)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["scores.txt"]
+
+
+def test_an_error_about_another_file_keeps_its_name(tmp_path):
+    with pytest.raises(FileNotFoundError) as info, _atomic.atomic_writer(tmp_path / "out.txt"):
+        (tmp_path / "missing.txt").read_bytes()
+    assert info.value.filename == str(tmp_path / "missing.txt")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_predict_to_a_full_device_is_a_one_line_error(folds, model, capsys):
+    assert main(["predict", str(model), str(folds / "test.txt"), "--out", "/dev/full"]) == 2
+    assert "No space left on device: /dev/full" in _error(capsys)
+
+
 def test_a_symlinked_output_keeps_its_link(tmp_path):
     real = tmp_path / "real.txt"
     real.write_text("old")
@@ -311,10 +340,12 @@ def test_published_with_an_unreadable_spec_is_a_clear_error(tmp_path, capsys):
     summary = tmp_path / "summary.csv"
     summary.write_text(_HEADER + _ROW)
     spec = tmp_path / "spec.yaml"
-    for content in ("name: [unclosed\n", "- a list\n"):
+    for content, detail in (("name: [unclosed\n", "line 2"), ("- a list\n", ""),
+                            ("name: a\nname: b\n", "duplicate key 'name' (first given on line 1)")):
         spec.write_text(content)
         assert main(["plot", "forest", str(summary), "--out", str(tmp_path / "f.png"), "--published"]) == 2
-        assert str(spec) in _error(capsys)
+        err = _error(capsys)
+        assert str(spec) in err and detail in err
 
 
 def test_metrics_log_not_utf8_names_file_and_line(tmp_path, capsys):

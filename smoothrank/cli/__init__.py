@@ -15,9 +15,11 @@ import importlib
 import os
 import pkgutil
 import sys
+import warnings
+from collections.abc import Callable
 
 from smoothrank import __version__
-from smoothrank.errors import SmoothrankError
+from smoothrank.errors import SmoothrankError, SmoothrankWarning
 
 
 class CLIError(SmoothrankError):
@@ -54,6 +56,30 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     return args
 
 
+def _os_message(err: OSError) -> str:
+    if err.strerror is None:
+        return str(err)
+    return f"{err.strerror}: {err.filename}" if err.filename is not None else err.strerror
+
+
+# What to do after Ctrl-C, for the sub-commands whose work survives an interruption.
+_AFTER_INTERRUPT = {
+    "train": "continue with the same command and --resume",
+    "experiment": "run the same command again: finished runs are kept, interrupted ones resume",
+}
+
+
+def _one_line_warnings(previous: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` for the command line: smoothrank's own warnings as one line, like
+    its errors; any other warning (a library's) as ``previous`` shows it."""
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, SmoothrankWarning):
+            print(f"smoothrank: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            previous(message, category, filename, lineno, file, line)
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
@@ -61,9 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        status = int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(warnings.showwarning)
+            status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at exit
         return status
+    except KeyboardInterrupt:
+        hint = _AFTER_INTERRUPT.get(args.command)
+        print("smoothrank: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
     except BrokenPipeError:
         # The reader went away (``smoothrank ... | head``): stop quietly, as Unix tools do. stdout
         # is pointed at devnull so that the interpreter's final flush cannot raise again.
@@ -72,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     except SmoothrankError as err:
         print(f"smoothrank: error: {err}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
-        # OSError's message already names the path.
-        print(f"smoothrank: error: {err.strerror}: {err.filename}", file=sys.stderr)
+    except OSError as err:
+        # Missing files, permissions, a full disk: the system's message, naming the path where it
+        # has one, instead of a traceback. (BrokenPipeError, an OSError too, is handled above.)
+        print(f"smoothrank: error: {_os_message(err)}", file=sys.stderr)
         return 2

@@ -115,12 +115,14 @@ def _spec_convention(spec_path: Any) -> str:
     """The ``convention`` of the experiment spec beside summary.csv (letor4 without one)."""
     import yaml
 
+    from smoothrank._yaml import safe_load
+
     if not spec_path.is_file():
         return "letor4"
     try:
-        spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+        spec = safe_load(spec_path.read_text(encoding="utf-8"), name=str(spec_path))
     except (UnicodeDecodeError, yaml.YAMLError) as err:
-        raise CLIError(f"{spec_path}: unreadable experiment spec ({type(err).__name__})") from None
+        raise CLIError(f"{spec_path}: unreadable experiment spec: {err}") from None
     if spec is None:
         return "letor4"
     if not isinstance(spec, dict):

@@ -39,6 +39,7 @@ import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,12 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 
                 except SmoothrankError as err:
                     failed[cell.run_id] = str(err)
                     say(f"[{i}/{len(todo)}] {cell.run_id} failed: {err}")
+                except BrokenProcessPool:
+                    # A worker was killed (out of memory, a signal): every pending run fails with it.
+                    # Finished runs are on disk and a re-run resumes the others from their checkpoints.
+                    failed[cell.run_id] = ("a worker process died abruptly (killed by a signal or out of "
+                                           "memory); run the command again to continue it")
+                    say(f"[{i}/{len(todo)}] {cell.run_id} failed: {failed[cell.run_id]}")
     results = [done[c.run_id] for c in cells if c.run_id in done]
     built: list[str] = []
     reused: list[str] = []

@@ -58,6 +58,7 @@ from pydantic import (
 )
 
 from smoothrank._config_types import Seed as _Seed
+from smoothrank._yaml import safe_load
 from smoothrank.errors import ConfigError, SmoothrankError
 
 __all__ = ["Cell", "ExperimentSpec", "expand", "load_spec", "spec_from_dict"]
@@ -557,7 +558,7 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     path = Path(path)
     text = read_text_file(path)  # names the path if missing or not UTF-8
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text, name=str(path))
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     return spec_from_dict(data, source=str(path), base_dir=path.resolve().parent)

@@ -99,9 +99,15 @@ def load_model(path: str | Path) -> RankingModel:
     if blob.get("format_version", 0) > FORMAT_VERSION:
         raise DataFormatError(f"{path}: written by a newer smoothrank ({blob.get('smoothrank_version')}); "
                               f"this is {__version__}")
-    model = build_model(blob["model_config"], blob["n_features"])
-    model.load_state_dict(blob["state_dict"])
+    try:
+        model = build_model(blob["model_config"], blob["n_features"])
+        model.load_state_dict(blob["state_dict"])
+    except KeyError as err:
+        raise DataFormatError(f"{path}: damaged smoothrank model file (no {err})") from None
+    except (RuntimeError, TypeError, ValueError) as err:  # weights that do not fit the stored model config
+        reason = str(err).strip().splitlines()[-1].strip()
+        raise DataFormatError(f"{path}: damaged smoothrank model file ({reason})") from None
     model.eval()
-    return RankingModel(model=model, n_features=blob["n_features"], config=blob["config"],
-                        transform_state=blob["transform_state"], version=blob["smoothrank_version"],
-                        metadata=blob.get("metadata", {}))
+    return RankingModel(model=model, n_features=blob["n_features"], config=blob.get("config", {}),
+                        transform_state=blob.get("transform_state"),
+                        version=blob.get("smoothrank_version", "unknown"), metadata=blob.get("metadata", {}))

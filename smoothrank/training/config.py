@@ -28,6 +28,7 @@ from smoothrank._config_types import SEED_MAX as SEED_MAX
 from smoothrank._config_types import Float as _Float
 from smoothrank._config_types import Int as _Int
 from smoothrank._config_types import Seed as _Seed
+from smoothrank._yaml import safe_load
 from smoothrank.errors import ConfigError
 
 __all__ = [
@@ -361,7 +362,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         else:
-            data = yaml.safe_load(text)
+            data = safe_load(text, name=str(path))
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
         kind = "TOML" if path.suffix == ".toml" else "YAML"
         raise ConfigError(f"{path}: not valid {kind}: {err}") from None
@@ -382,7 +383,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             problems.append(f"  - {item!r}: expected KEY.SUB=VALUE")
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
         node = result

@@ -21,6 +21,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from torch import Tensor, nn
 
 from smoothrank import __version__
 from smoothrank._atomic import blocking_file
-from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.errors import ConfigError, SmoothrankError, SmoothrankWarning
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text
 from smoothrank.training.artifact import save_model
@@ -42,6 +43,7 @@ from smoothrank.training.schedules import build_schedule, set_lr
 __all__ = [
     "TrainResult",
     "TrainingError",
+    "TrainingWarning",
     "build_loss",
     "build_transform",
     "evaluate_model",
@@ -59,6 +61,10 @@ SUMMARY_FILE = "summary.json"
 
 class TrainingError(SmoothrankError):
     """Training cannot go on (e.g. the loss became NaN); the message says where."""
+
+
+class TrainingWarning(SmoothrankWarning):
+    """The run will train, but not usefully (e.g. no query of the training split can be ranked)."""
 
 
 @dataclass
@@ -144,6 +150,16 @@ def _device(name: str) -> torch.device:
         raise ConfigError(f"training.device: unknown device {name!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"training.device: {name!r} requested but CUDA is not available")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"training.device: {name!r} requested but MPS (Apple GPU) is not available")
+    if device.type == "meta":  # tensors without data: nothing can be trained or scored there
+        raise ConfigError(f"training.device: {name!r} holds no data; use cpu, cuda or mps")
+    try:
+        # Another device ("xla", "cuda:7" on a one-GPU machine) fails only when a tensor is placed there.
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as err:
+        reason = str(err).split(". ")[0].splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"training.device: {name!r} cannot be used here ({reason})") from None
     return device
 
 
@@ -155,16 +171,25 @@ def _build_optimizer(config: Config, model: nn.Module, lr: float) -> torch.optim
     return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=spec.weight_decay)
 
 
+def _placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+    """Where and in which float type ``model`` computes: that of its first floating parameter, so
+    that a float64 or GPU model of one's own is fed alike (CPU float32 for one without any)."""
+    for param in model.parameters():
+        if param.is_floating_point():
+            return param.device, param.dtype
+    return torch.device("cpu"), torch.get_default_dtype()
+
+
 @torch.no_grad()
 def _scored_batches(model: nn.Module, dataset: Any, *, batch_size: int) -> Iterable[tuple[Any, Tensor]]:
     from smoothrank.data import evaluation_batches
 
     was_training = model.training
+    device, dtype = _placement(model)
     model.eval()  # dropout off, batch norm running statistics (PITFALLS 16)
     try:
         for batch in evaluation_batches(dataset, batch_size=batch_size):
-            device = next(model.parameters()).device
-            scores = model(batch.features.to(device), batch.mask.to(device))
+            scores = model(batch.features.to(device, dtype), batch.mask.to(device))
             yield batch, scores.cpu()
     finally:
         model.train(was_training)
@@ -228,6 +253,35 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _diverged(config: Config, what: str, epoch: int, step: int) -> str:
+    """The message of a run that diverged at 0-based ``epoch`` and ``step``."""
+    return (f"{what} at epoch {epoch + 1}, step {step + 1} (optimizer.lr={config.optimizer.lr:g}); "
+            "try a smaller optimizer.lr or training.grad_clip")
+
+
+def _labels_vary(dataset: Any) -> np.ndarray:
+    """Per query: whether its documents have different labels (a query that can be ranked)."""
+    if dataset.n_queries == 0:
+        return np.zeros(0, dtype=bool)
+    starts = np.asarray(dataset.offsets[:-1])
+    labels = np.asarray(dataset.labels)
+    return np.maximum.reduceat(labels, starts) > np.minimum.reduceat(labels, starts)
+
+
+def _warn_unrankable(splits: Mapping[str, Any], select_by: str) -> None:
+    """Warn when a split has no query whose documents differ in label: nothing to learn from
+    (train) or nothing to select by (valid). Not an error: a pointwise loss (rmse) still fits."""
+    train_set, valid_set = splits["train"], splits.get("valid")
+    if not _labels_vary(train_set).any():
+        warnings.warn(f"data.train ({train_set.source}): no query has documents with different labels "
+                      "(each has one document, or all labels equal, e.g. all 0); ranking losses get no "
+                      "gradient, so the model will not learn", TrainingWarning, stacklevel=3)
+    if valid_set is not None and not _labels_vary(valid_set).any():
+        warnings.warn(f"data.valid ({valid_set.source}): no query has documents with different labels, so "
+                      f"valid_{select_by} is the same at every epoch and the first epoch is selected",
+                      TrainingWarning, stacklevel=3)
 
 
 def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
@@ -315,6 +369,7 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
             raise ConfigError(f"data.{name}: {dataset.n_features} features, but the training split "
                               f"has {n_features}")
 
+    _warn_unrankable(splits, config.evaluation.select_by)
     transform = build_transform(config)
     if transform is not None:
         transform.fit(splits["train"])
@@ -370,11 +425,14 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
                     mask = batch.mask.to(device)
                     scores = score_in_length_groups(model, batch.features.to(device), mask,
                                                     groups=config.training.length_groups)
+                    if not bool((torch.isfinite(scores) | ~mask).all()):  # no indexing: one GPU sync
+                        # Checked here, not by the loss: its error would not say when or why.
+                        raise TrainingError(_diverged(config, "the model's scores became infinite or NaN",
+                                                      epoch, step))
                     value = loss(scores, batch.labels.to(device), mask=mask)
                     if not torch.isfinite(value):
-                        raise TrainingError(f"the loss {config.loss.name!r} became {value.item()} at epoch "
-                                            f"{epoch + 1}, step {step + 1}; try a smaller optimizer.lr or "
-                                            "training.grad_clip")
+                        raise TrainingError(_diverged(config, f"the loss {config.loss.name!r} became "
+                                                      f"{value.item()}", epoch, step))
                     optimizer.zero_grad(set_to_none=True)
                     value.backward()
                     if config.training.grad_clip is not None:
@@ -383,6 +441,11 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
                     total += float(value.detach())
                     count += 1
                     progress.step(epoch + 1, total / count)
+                if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+                    # The last step's update overflowed: evaluating or saving these weights would
+                    # give NaN scores (or a NaN model.pt without a validation or test split).
+                    raise TrainingError(_diverged(config, "the model's weights became infinite or NaN",
+                                                  epoch, count - 1))
                 row: dict[str, Any] = {"epoch": epoch + 1, "lr": lr, "loss": total / max(count, 1)}
                 train_metric = None
                 if schedule.needs_train_metric:

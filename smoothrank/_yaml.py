@@ -1,0 +1,50 @@
+"""YAML reading for configs and specs: ``yaml.safe_load`` that refuses duplicate mapping keys.
+
+PyYAML keeps the last of two equal keys without a word, so a config with ``lr:`` twice (or two
+``optimizer:`` sections) would train with whichever came last. No torch import: loading a spec
+stays light.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode
+
+__all__ = ["safe_load"]
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings refuse a key given twice (merge keys ``<<`` may be overridden)."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # Checked before SafeLoader flattens merges: an explicit key may override a merged one.
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                previous = first_line.get(key)
+            except TypeError:
+                continue  # an unhashable key: the base class reports it
+            if previous is not None:
+                raise ConstructorError(None, None, f"duplicate key {key!r} (first given on line {previous})",
+                                       key_node.start_mark)
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load(text: str, *, name: str | None = None) -> Any:
+    """``yaml.safe_load(text)`` with duplicate keys refused (a ``yaml.YAMLError`` giving the line);
+    ``name`` (e.g. the file path) is shown in the error's position instead of ``<unicode string>``."""
+    stream: Any = text
+    if name is not None:
+        stream = io.StringIO(text)
+        stream.name = name
+    return yaml.load(stream, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe

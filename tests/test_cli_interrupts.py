@@ -1,0 +1,107 @@
+"""What the command line prints when it is interrupted or warns: one line, no traceback, and for
+the sub-commands whose work survives, how to continue it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import write_synthetic_folds
+
+from smoothrank.cli import main
+from smoothrank.errors import SmoothrankWarning
+
+
+def _config(path: Path, folds: Path, run_dir: Path, *, epochs: int, train: str = "train.txt") -> Path:
+    config = {
+        "seed": 0,
+        "data": {"train": str(folds / train), "valid": str(folds / "vali.txt")},
+        "transforms": [],
+        "model": {"kind": "mlp", "hidden": [128, 128]},
+        "loss": {"name": "neural_ndcg"},
+        "training": {"epochs": epochs, "batch_size": 4, "list_size": 16, "num_threads": 1},
+        "evaluation": {"metrics": ["ndcg@10"]},
+        "output": {"run_dir": str(run_dir)},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize(("command", "hint"), [
+    ("train", "; continue with the same command and --resume"),
+    ("experiment", "; run the same command again: finished runs are kept, interrupted ones resume"),
+    ("evaluate", ""),
+])
+def test_ctrl_c_is_one_line_with_what_to_do_next(command, hint, capsys, monkeypatch):
+    import importlib
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(f"smoothrank.cli.{command}"), "run", interrupted)
+    argv = {"train": ["train", "c.yaml"], "experiment": ["experiment", "s.yaml", "--out", "o"],
+            "evaluate": ["evaluate", "--data", "d", "--predictions", "p"]}[command]
+    assert main(argv) == 130
+    assert capsys.readouterr().err == f"smoothrank: interrupted{hint}\n"
+
+
+def test_smoothrank_warnings_are_one_line_and_others_keep_their_form(capsys, monkeypatch):
+    import smoothrank.cli.losses as losses_cli
+
+    def warn(_args):
+        warnings.warn("the data cannot teach", SmoothrankWarning, stacklevel=1)
+        warnings.warn("a library speaks", DeprecationWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(losses_cli, "run", warn)
+    shown_as_before: list[type[Warning]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, category, *rest: shown_as_before.append(category)
+        assert main(["losses"]) == 0
+    err = capsys.readouterr().err
+    assert err == "smoothrank: warning: the data cannot teach\n"
+    assert shown_as_before == [DeprecationWarning]
+
+
+def test_a_training_split_that_cannot_teach_warns_in_one_line(tmp_path, capsys):
+    folds = write_synthetic_folds(tmp_path, seed=0, queries=(6, 3, 3), docs=5)
+    zero = folds / "zero.txt"
+    zero.write_text("".join("0" + line[1:] + "\n" for line in (folds / "train.txt").read_text().splitlines()))
+    config = _config(tmp_path / "c.yaml", folds, tmp_path / "run", epochs=1, train="zero.txt")
+    assert main(["train", str(config), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"smoothrank: warning: data.train ({zero}): no query has documents with different labels" in err
+    assert "TrainingWarning" not in err and "warnings.warn" not in err
+
+
+def test_sigint_during_training_then_resume(tmp_path):
+    # End to end: a real Ctrl-C after the first epoch leaves a run that --resume completes.
+    folds = write_synthetic_folds(tmp_path, seed=0, queries=(150, 10, 10), docs=16)
+    run_dir = tmp_path / "run"
+    config = _config(tmp_path / "c.yaml", folds, run_dir, epochs=6)
+    command = [sys.executable, "-m", "smoothrank", "train", str(config), "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoint.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "training ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1].decode()
+    assert proc.returncode == 130, err
+    assert err.endswith("smoothrank: interrupted; continue with the same command and --resume\n"), err
+    assert "Traceback" not in err and not list(run_dir.glob("*.tmp")) and not (run_dir / "model.pt").exists()
+    done = len((run_dir / "metrics.jsonl").read_text().splitlines())
+    assert 1 <= done < 6
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert (run_dir / "model.pt").is_file()
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 6

@@ -1,0 +1,230 @@
+"""A run's life beyond the happy path: duplicated config keys, data that cannot teach or select,
+divergence, devices that are not there, models of one's own, and a worker pool that dies."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import write_slice
+from torch import nn
+
+from smoothrank.data import load_letor
+from smoothrank.errors import ConfigError, DataFormatError
+from smoothrank.experiments import load_spec, run_experiment, spec_from_dict
+from smoothrank.experiments import runner as runner_module
+from smoothrank.training.artifact import load_model
+from smoothrank.training.config import config_from_dict, load_config
+from smoothrank.training.trainer import (
+    MODEL_FILE,
+    TrainingError,
+    TrainingWarning,
+    evaluate_model,
+    predict_scores,
+    train,
+)
+
+
+@pytest.fixture(scope="module")
+def letor(tmp_path_factory, shared_dir) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("lifecycle")
+    fold = shared_dir / "data" / "MQ2008" / "Fold1"
+    files = {"train": write_slice(fold / "train.txt.gz", folder / "train.txt", 0, 30),
+             "valid": write_slice(fold / "vali.txt.gz", folder / "vali.txt", 0, 15),
+             "test": write_slice(fold / "test.txt.gz", folder / "test.txt", 0, 15)}
+    for split in ("train", "valid"):  # the same queries with every label 0
+        zero = re.sub(r"(?m)^\d+", "0", files[split].read_text())
+        files[f"{split}_zero"] = folder / f"{split}_zero.txt"
+        files[f"{split}_zero"].write_text(zero)
+    firsts, seen = [], set()  # the first document of each query only
+    for line in files["train"].read_text().splitlines(keepends=True):
+        if line.split()[1] not in seen:
+            seen.add(line.split()[1])
+            firsts.append(line)
+    files["train_one"] = folder / "train_one.txt"
+    files["train_one"].write_text("".join(firsts))
+    return files
+
+
+def _config(letor, run_dir, *, data=None, **sections):
+    base = {
+        "seed": 1,
+        "data": data if data is not None else {k: str(letor[k]) for k in ("train", "valid", "test")},
+        "model": {"kind": "mlp", "hidden": [4]},
+        "loss": {"name": "list_net"},
+        "optimizer": {"lr": 0.01},
+        "training": {"epochs": 2, "batch_size": 8, "list_size": 16, "num_threads": 1},
+        "evaluation": {"metrics": ["ndcg@10", "map"], "select_by": "ndcg@10"},
+        "output": {"run_dir": str(run_dir)},
+    }
+    for key, value in sections.items():
+        base[key] = value if key == "model" else {**base.get(key, {}), **value}
+    return config_from_dict(base)
+
+
+# ------------------------------------------------------------------------------ duplicate keys
+@pytest.mark.parametrize(("text", "key", "line", "first"), [
+    ("data: {mq2008_fold: 1}\noptimizer:\n  lr: 0.001\n  lr: 0.5\n", "lr", 4, 3),
+    ("data: {mq2008_fold: 1}\noptimizer: {lr: 0.1}\noptimizer: {name: sgd}\n", "optimizer", 3, 2),
+    ("data: {mq2008_fold: 1, mq2008_fold: 2}\n", "mq2008_fold", 1, 1),
+])
+def test_a_key_given_twice_in_a_config_is_an_error_naming_file_line_and_key(tmp_path, text, key, line, first):
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert f"duplicate key {key!r} (first given on line {first})" in message
+    assert f'"{path}", line {line}' in message
+
+
+def test_merge_keys_may_still_be_overridden(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("data: &d {mq2008_fold: 1}\ntraining:\n  <<: {epochs: 1, batch_size: 8}\n  epochs: 3\n")
+    assert load_config(path).training.epochs == 3
+
+
+def test_a_key_given_twice_in_an_experiment_spec_is_an_error(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: x\nneural:\n  training: {epochs: 2}\n  training: {epochs: 50}\n"
+                    "datasets: [{name: mq2008, mq2008_folds: [1]}]\nlosses: [list_net]\n"
+                    "models: [{label: l, kind: linear}]\n")
+    with pytest.raises(ConfigError, match=r"spec\.yaml.*duplicate key 'training' \(first given on line 3\)"
+                                          r"(.|\n)*line 4"):
+        load_spec(path)
+
+
+# ------------------------------------------------------------------------------ data that cannot teach
+@pytest.mark.parametrize("train_file", ["train_zero", "train_one"])
+def test_a_training_split_without_a_rankable_query_warns(letor, tmp_path, train_file):
+    data = {"train": str(letor[train_file]), "valid": str(letor["valid"])}
+    with pytest.warns(TrainingWarning, match=rf"data\.train \(.*{train_file}\.txt\): no query has documents "
+                                             "with different labels"):
+        train(_config(letor, tmp_path / "run", data=data), quiet=True)
+
+
+def test_a_validation_split_without_a_relevant_document_warns_and_keeps_the_first_epoch(letor, tmp_path):
+    data = {"train": str(letor["train"]), "valid": str(letor["valid_zero"])}
+    with pytest.warns(TrainingWarning, match=r"data\.valid .*valid_ndcg@10 is the same at every epoch"):
+        result = train(_config(letor, tmp_path / "run", data=data, training={"epochs": 3}), quiet=True)
+    assert result.best_epoch == 1
+    assert {row["valid_ndcg@10"] for row in result.history} == {0.0}
+
+
+def test_ordinary_data_trains_without_a_warning(letor, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        train(_config(letor, tmp_path / "run"), quiet=True)
+
+
+# ------------------------------------------------------------------------------ divergence
+def test_diverging_scores_are_an_error_naming_the_epoch_not_a_loss_input_error(letor, tmp_path):
+    config = _config(letor, tmp_path / "run", optimizer={"name": "sgd", "lr": 1e12})
+    with pytest.raises(TrainingError, match=r"scores became infinite or NaN at epoch 1, step \d+ "
+                                            r"\(optimizer\.lr=1e\+12\)"):
+        train(config, quiet=True)
+
+
+def test_weights_diverging_at_the_last_step_are_an_error_and_no_nan_model_is_saved(letor, tmp_path):
+    # One step per epoch, no validation or test split: nothing would score the broken weights.
+    data = {"train": str(letor["train"])}
+    config = _config(letor, tmp_path / "run", data=data, model={"kind": "linear"},
+                     optimizer={"name": "sgd", "lr": 1e30}, training={"batch_size": 1000, "epochs": 1})
+
+    def steep(scores, labels, *, mask):  # a finite loss whose step overflows the weights
+        return 1e10 * (scores * mask).sum() / mask.sum()
+
+    with pytest.raises(TrainingError, match=r"weights became infinite or NaN at epoch 1, step 1"):
+        train(config, quiet=True, loss_fn=steep)
+    assert not (tmp_path / "run" / MODEL_FILE).exists()
+
+
+# ------------------------------------------------------------------------------ devices
+@pytest.mark.parametrize("device", ["mps", "meta", "xla"])
+def test_a_device_this_machine_lacks_is_a_config_error_before_anything_is_written(letor, tmp_path, device):
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    with pytest.raises(ConfigError, match=rf"training\.device: '{device}'"):
+        train(_config(letor, tmp_path / "run", training={"device": device}), quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------ models of one's own
+class _FirstFeature(nn.Module):
+    """A scorer without parameters: feature 0 of each document."""
+
+    def forward(self, features, mask):
+        return torch.where(mask, features[..., 0], torch.zeros_like(features[..., 0]))
+
+
+def test_prediction_takes_a_float64_or_parameterless_module_of_ones_own(letor):
+    dataset = load_letor(letor["test"])
+    torch.manual_seed(0)
+    net = nn.Linear(dataset.n_features, 1)
+
+    class Wrapped(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, features, mask):
+            return self.inner(features).squeeze(-1) * mask
+
+    single = predict_scores(Wrapped(net), dataset)
+    double = predict_scores(Wrapped(net).double(), dataset)
+    assert abs(single - double).max() < 1e-5
+    assert predict_scores(_FirstFeature(), dataset).tolist() == dataset.features[:, 0].tolist()
+    assert set(evaluate_model(_FirstFeature(), dataset, metrics=["ndcg@10"])) == {"ndcg@10"}
+
+
+# ------------------------------------------------------------------------------ the worker pool
+class _DeadPool:
+    """A ProcessPoolExecutor whose worker was killed: every future fails with BrokenProcessPool."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, *args, **kwargs):
+        future: Future = Future()
+        future.set_exception(BrokenProcessPool("A process in the process pool was terminated abruptly"))
+        return future
+
+
+def test_a_killed_worker_fails_the_pending_runs_instead_of_crashing_the_grid(letor, tmp_path, monkeypatch):
+    spec = spec_from_dict({
+        "name": "pool", "baseline": "list_net-linear", "seeds": [0, 1],
+        "datasets": [{"name": "small", **{k: str(letor[k]) for k in ("train", "valid", "test")}}],
+        "neural": {"training": {"epochs": 1, "batch_size": 8, "list_size": 16}},
+        "losses": ["list_net"], "models": [{"label": "linear", "kind": "linear"}],
+    })
+    monkeypatch.setattr(runner_module, "ProcessPoolExecutor", _DeadPool)
+    outcome = run_experiment(spec, tmp_path / "out", workers=2)
+    assert outcome.ran == [] and outcome.results == []
+    assert sorted(outcome.failed) == [f"small--files--list_net-linear--seed{s}" for s in (0, 1)]
+    assert all("worker process died" in message for message in outcome.failed.values())
+
+
+# ------------------------------------------------------------------------------ the model file
+@pytest.mark.parametrize(("damage", "reason"), [
+    (lambda blob: blob.update(n_features=blob["n_features"] - 1), "size mismatch"),
+    (lambda blob: blob["model_config"].update(hidden=[9]), "size mismatch"),
+    (lambda blob: blob.pop("state_dict"), "no 'state_dict'"),
+])
+def test_a_damaged_model_file_is_an_error_naming_it(letor, tmp_path, damage, reason):
+    train(_config(letor, tmp_path / "run", training={"epochs": 1}), quiet=True)
+    blob = torch.load(tmp_path / "run" / MODEL_FILE, weights_only=True)
+    damage(blob)
+    torch.save(blob, tmp_path / "damaged.pt")
+    with pytest.raises(DataFormatError, match=rf"damaged\.pt: damaged smoothrank model file \({reason}"):
+        load_model(tmp_path / "damaged.pt")
