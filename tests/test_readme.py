@@ -1,8 +1,15 @@
-"""The README's Python example runs as written; the docs' PITFALLS map names tests that exist."""
+"""The README's Python example runs as written; the docs' commands parse under the current CLI and
+name files that exist; the docs' PITFALLS map names tests that exist."""
 
 import re
+import shlex
 
+import pytest
 from conftest import REPO
+
+from smoothrank.cli import _parse, build_parser
+
+_DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md"))]
 
 
 def test_readme_python_blocks_run():
@@ -11,6 +18,47 @@ def test_readme_python_blocks_run():
     assert blocks, "README has no python example"
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+def _documented_commands(text: str) -> list[str]:
+    """Every ``smoothrank ...`` command of a Markdown text: inline code spans and the lines of code
+    blocks (fenced or indented), line continuations joined, comments and ``[optional]`` parts
+    dropped. Commands with a ``...`` placeholder are not complete and are left out."""
+    text = text.replace("\\\n", " ")
+    found = [m.group(1) for m in re.finditer(r"`(smoothrank [^`]+)`", text)]
+    fenced = False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif (fenced or line.startswith("    ")) and re.match(r"(\.venv/bin/)?smoothrank ", line.strip()):
+            found.append(line.strip())
+    commands = []
+    for command in found:
+        command = re.sub(r"\[[^\]]*\]", "", re.sub(r"\s+#.*$", "", command))
+        if "..." not in command:
+            commands.append(" ".join(command.split()))
+    return commands
+
+
+@pytest.mark.parametrize("doc", _DOCS)
+def test_documented_commands_parse_and_name_shipped_files(doc):
+    # A renamed sub-command, flag or shipped config must not leave the docs showing a command that
+    # fails at once. Parsing only: nothing is run.
+    commands = _documented_commands((REPO / doc).read_text())
+    if doc == "README.md":
+        assert len(commands) >= 10
+    parser = build_parser()
+    subcommands = set(next(a for a in parser._actions if a.dest == "command").choices)
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        if len(argv) == 1 and argv[0] in subcommands:
+            continue  # the name of a sub-command in prose (`smoothrank train` stops ...)
+        try:
+            _parse(build_parser(), argv)
+        except SystemExit as exit_:
+            pytest.fail(f"{doc}: `{command}` does not parse (exit {exit_.code})")
+        shipped = [a for a in argv if re.fullmatch(r"(configs|experiments)/\w+\.(yaml|toml)", a)]
+        assert all((REPO / a).is_file() for a in shipped), (doc, command)
 
 
 def test_pitfalls_map_names_tests_that_exist(shared_dir):
