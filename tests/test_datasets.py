@@ -64,3 +64,24 @@ def test_bad_fold_and_split():
         load_mq2008(6)
     with pytest.raises(SmoothrankError, match="split"):
         load_mq2008(1, "dev")
+
+
+def test_load_splits_of_a_data_section(tmp_path, monkeypatch):
+    # One loader for the trainer and the experiment runner: the bundled fold, or files whose
+    # widths follow the training file; a missing file names its field and, if relative, its folder.
+    bundled = datasets.load_splits({"mq2008_fold": 2})
+    names = (("train", "train"), ("valid", "vali"), ("test", "test"))
+    assert {k: v.source for k, v in bundled.items()} == {k: load_mq2008(2, s).source for k, s in names}
+    assert bundled["valid"].source != bundled["test"].source
+    (tmp_path / "train.txt").write_text("1 qid:1 1:1 4:2\n0 qid:1 2:1\n")
+    (tmp_path / "test.txt").write_text("1 qid:7 1:1\n0 qid:7 2:1\n")
+    files = datasets.load_splits({"train": str(tmp_path / "train.txt"), "test": str(tmp_path / "test.txt")})
+    assert sorted(files) == ["test", "train"] and files["test"].n_features == 4
+    wide = datasets.load_splits({"train": str(tmp_path / "train.txt"), "n_features": 6})
+    assert wide["train"].n_features == 6
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SmoothrankError, match=rf"^data\.valid: vali\.txt does not exist \(a relative path is "
+                                              rf"read from {tmp_path}\)$"):
+        datasets.load_splits({"train": "train.txt", "valid": "vali.txt"})
+    with pytest.raises(SmoothrankError, match=r"^data\.train: /no/such\.txt does not exist$"):
+        datasets.load_splits({"train": "/no/such.txt"})

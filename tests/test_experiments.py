@@ -580,7 +580,7 @@ def test_failed_run_is_reported_and_retried(letor_files, tmp_path, capsys):
 
 
 def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_path):
-    from smoothrank.experiments.runner import _load_splits
+    from smoothrank.datasets import load_splits
     from smoothrank.training import train
     from smoothrank.training.config import config_from_dict
 
@@ -589,7 +589,7 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
     spec = spec_from_dict(data)
     (cell,) = expand(spec)
     # An interruption after epoch 1: the trainer's checkpoint exists, result.json does not.
-    splits = _load_splits(cell.settings["config"]["data"])
+    splits = load_splits(cell.settings["config"]["data"])
     splits.pop("test")
     train_dir = tmp_path / "resumed" / "runs" / cell.run_id / "train"
     train(config_from_dict(cell.settings["config"]), run_dir=train_dir, splits=splits, quiet=True,

@@ -215,6 +215,27 @@ def test_a_killed_worker_fails_the_pending_runs_instead_of_crashing_the_grid(let
     assert all("worker process died" in message for message in outcome.failed.values())
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_runs_warning_reaches_the_caller_naming_the_run(letor, tmp_path, workers):
+    # In a worker process the warning would be printed there, in Python's long form, between other
+    # runs' lines; it must reach the calling process (the CLI's one-line form) and say which run.
+    spec = spec_from_dict({
+        "name": "warn", "baseline": "list_net-linear", "seeds": [0, 1],
+        "datasets": [{"name": "zero", "train": str(letor["train_zero"]), "valid": str(letor["valid"]),
+                      "test": str(letor["test"])}],
+        "neural": {"training": {"epochs": 1, "batch_size": 8, "list_size": 16}}, "num_threads": 1,
+        "losses": ["list_net"], "models": [{"label": "linear", "kind": "linear"}],
+    })
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = run_experiment(spec, tmp_path / "out", workers=workers)
+    assert len(outcome.ran) == 2 and not outcome.failed
+    messages = sorted(str(w.message) for w in caught if w.category is TrainingWarning)
+    assert [m.split(": data.train (")[0] for m in messages] == [
+        f"zero--files--list_net-linear--seed{s}" for s in (0, 1)]
+    assert all("no query has documents with different labels" in m for m in messages)
+
+
 # ------------------------------------------------------------------------------ the model file
 @pytest.mark.parametrize(("damage", "reason"), [
     (lambda blob: blob.update(n_features=blob["n_features"] - 1), "size mismatch"),

@@ -11,15 +11,17 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from smoothrank.data import cache as _cache
 from smoothrank.data.dataset import Dataset
 from smoothrank.data.letor import ReaderOptions, load_letor, parse_letor
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["MQ2008_FOLDS", "load_mq2008", "mq2008_text"]
+__all__ = ["MQ2008_FOLDS", "load_mq2008", "load_splits", "mq2008_text"]
 
 #: SHA-256 of each decompressed partition.
 MQ2008_SHA256 = {
@@ -102,3 +104,34 @@ def _user_file(path: Path, fold: int, split: str) -> Path:
             if candidate.is_file():
                 return candidate
     raise FileNotFoundError(2, f"No Fold{fold}/{split}.txt[.gz] under the MQ2008 path", str(path))
+
+
+def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
+    """The ``train``/``valid``/``test`` datasets of a config's ``data`` section: the bundled MQ2008
+    fold ``mq2008_fold``, or the LETOR files ``train`` (required), ``valid`` and ``test``.
+
+    The training file fixes the feature count of the others (a sparse file may stop at a lower
+    index), from ``n_features`` when given. A missing file is an error naming its field
+    (``data.valid``) and, for a relative path, the folder it was looked for in.
+    """
+    if data.get("mq2008_fold") is not None:
+        fold = data["mq2008_fold"]
+        return {"train": load_mq2008(fold, "train"), "valid": load_mq2008(fold, "vali"),
+                "test": load_mq2008(fold, "test")}
+    splits: dict[str, Dataset] = {}
+    n_features = data.get("n_features")
+    for split in ("train", "valid", "test"):
+        path = data.get(split)
+        if path is None:
+            continue
+        _check_exists(Path(path), f"data.{split}")
+        splits[split] = load_letor(path, n_features=n_features)
+        n_features = splits["train"].n_features
+    return splits
+
+
+def _check_exists(path: Path, field: str) -> None:
+    if path.exists():
+        return
+    where = "" if path.is_absolute() else f" (a relative path is read from {Path.cwd()})"
+    raise SmoothrankError(f"{field}: {path} does not exist{where}")

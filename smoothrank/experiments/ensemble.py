@@ -359,13 +359,14 @@ def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str
     its label, normalisation, metrics, convention and each member's run id, fingerprint and scores:
     a stored ensemble with the same fingerprint is reused, any other is rebuilt (cheap: no training).
     """
-    from smoothrank.experiments.runner import RESULT_FILE, _load_splits, _score_splits, write_json
+    from smoothrank.datasets import load_splits
+    from smoothrank.experiments.runner import RESULT_FILE, _score_splits, write_json
 
     started = time.perf_counter()
     cache = split_cache if split_cache is not None else {}
     key = json.dumps(_data_section(plan.members[0]), sort_keys=True)
     if key not in cache:
-        cache[key] = _load_splits(_data_section(plan.members[0]))
+        cache[key] = load_splits(_data_section(plan.members[0]))
     splits = cache[key]
     members = [member_scores(c, out_dir, splits, results[c.run_id]) for c in plan.members]
     identity: dict[str, Any] = {

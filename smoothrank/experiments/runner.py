@@ -37,6 +37,7 @@ import json
 import math
 import multiprocessing
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -77,24 +78,6 @@ def _json_safe(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------ one run
-def _load_splits(data: dict[str, Any]) -> dict[str, Any]:
-    if data.get("mq2008_fold") is not None:
-        from smoothrank.datasets import load_mq2008
-
-        fold = data["mq2008_fold"]
-        return {"train": load_mq2008(fold, "train"), "valid": load_mq2008(fold, "vali"),
-                "test": load_mq2008(fold, "test")}
-    from smoothrank.data import load_letor
-
-    splits = {"train": load_letor(data["train"], n_features=data.get("n_features"))}
-    n_features = splits["train"].n_features
-    for split in ("valid", "test"):
-        if data.get(split) is not None:
-            # The training split fixes the width (a sparse file may stop at a lower index).
-            splits[split] = load_letor(data[split], n_features=n_features)
-    return splits
-
-
 def _score_splits(scores: dict[str, np.ndarray], splits: dict[str, Any], *, metrics: Sequence[str],
                   convention: str) -> dict[str, Any]:
     from smoothrank.metrics import evaluate_flat, mean_metrics
@@ -124,10 +107,11 @@ def _selector(valid: Any, metric: str, convention: str) -> Callable[[np.ndarray]
 
 
 def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    from smoothrank.datasets import load_splits
     from smoothrank.experiments.gbdt import fit_gbdt
 
     s = cell.settings
-    splits = _load_splits(s["data"])
+    splits = load_splits(s["data"])
     g = s["gbdt"]
     select = None
     if splits.get("valid") is not None and g.get("select") == "spec":
@@ -192,6 +176,7 @@ def resolve_loss_options(options: dict[str, Any]) -> tuple[dict[str, Any], bool]
 def _run_neural(cell: Cell, run_dir: Path, *,
                 quiet: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from smoothrank import losses
+    from smoothrank.datasets import load_splits
     from smoothrank.training import load_model, train
     from smoothrank.training.config import config_from_dict
 
@@ -199,7 +184,7 @@ def _run_neural(cell: Cell, run_dir: Path, *,
     config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
     options, changed = resolve_loss_options(dict(config.loss.options))
     loss_fn = losses.get(config.loss.name, **options) if changed else None
-    splits = _load_splits(cell.settings["config"]["data"])
+    splits = load_splits(cell.settings["config"]["data"])
     train_dir = run_dir / "train"
     resume = (train_dir / "checkpoint.pt").is_file()
     # The test split is withheld from the trainer: it is scored once below, after selection.
@@ -242,10 +227,27 @@ def run_cell(cell: Cell, out_dir: str | Path) -> dict[str, Any]:
     return result
 
 
-def _run_cell_worker(cell_json: str, out_dir: str) -> dict[str, Any]:
+_Caught = list[tuple[type[Warning], str]]
+
+
+def _run_cell_noting_warnings(cell: Cell, out_dir: str | Path) -> tuple[dict[str, Any], _Caught]:
+    """:func:`run_cell`, and the warnings it gave (category, message), to be shown by the caller."""
+    with warnings.catch_warnings(record=True) as caught:
+        result = run_cell(cell, out_dir)
+    return result, [(w.category, str(w.message)) for w in caught]
+
+
+def _show_warnings(run_id: str, caught: _Caught) -> None:
+    """Warnings of a run, given again in this process and naming the run: a worker's own would
+    be printed by the worker, in Python's long form, between other runs' lines."""
+    for category, message in caught:
+        warnings.warn(f"{run_id}: {message}", category, stacklevel=2)
+
+
+def _run_cell_worker(cell_json: str, out_dir: str) -> tuple[dict[str, Any], _Caught]:
     # Process-pool entry point: cells travel as JSON so the child rebuilds them by validation.
     cell = Cell.model_validate_json(cell_json)
-    return run_cell(cell, out_dir)
+    return _run_cell_noting_warnings(cell, out_dir)
 
 
 # ------------------------------------------------------------------------------ the grid
@@ -334,7 +336,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 
         for i, cell in enumerate(todo, 1):
             say(f"[{i}/{len(todo)}] {cell.run_id}")
             try:
-                done[cell.run_id] = run_cell(cell, out)
+                done[cell.run_id], caught = _run_cell_noting_warnings(cell, out)
+                _show_warnings(cell.run_id, caught)
                 ran.append(cell.run_id)
             except SmoothrankError as err:
                 # A user-level failure of one run (e.g. a diverging loss) must not lose the grid.
@@ -348,7 +351,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 
             for i, future in enumerate(as_completed(futures), 1):
                 cell = futures[future]
                 try:
-                    done[cell.run_id] = future.result()
+                    done[cell.run_id], caught = future.result()
+                    _show_warnings(cell.run_id, caught)
                     ran.append(cell.run_id)
                     say(f"[{i}/{len(todo)}] {cell.run_id} finished")
                 except SmoothrankError as err:

@@ -88,23 +88,11 @@ def _epoch_seeds(seed: int, epoch: int) -> tuple[int, int]:
 # --- building blocks -------------------------------------------------------------------------
 
 def load_splits(config: Config) -> dict[str, Any]:
-    """The train/valid/test :class:`smoothrank.data.Dataset` objects named by ``config.data``."""
-    from smoothrank.data import load_letor
+    """The train/valid/test :class:`smoothrank.data.Dataset` objects named by ``config.data``
+    (:func:`smoothrank.datasets.load_splits`)."""
+    from smoothrank.datasets import load_splits as load_data_section
 
-    data = config.data
-    if data.mq2008_fold is not None:
-        from smoothrank.datasets import load_mq2008
-
-        return {name: load_mq2008(fold=data.mq2008_fold, split=split)
-                for name, split in (("train", "train"), ("valid", "vali"), ("test", "test"))}
-    splits = {"train": load_letor(data.train, n_features=data.n_features)}
-    n_features = splits["train"].n_features
-    for name in ("valid", "test"):
-        path = getattr(data, name)
-        if path is not None:
-            # The training split fixes the feature count (sparse files may stop earlier).
-            splits[name] = load_letor(path, n_features=n_features)
-    return splits
+    return load_data_section(config.data.model_dump())
 
 
 def build_transform(config: Config) -> Any | None:
