@@ -192,3 +192,34 @@ def test_a_damaged_standardize_state_is_refused_not_nan_features(change):
     state = {**Standardize().fit(ds).state_dict(), **change}
     with pytest.raises(SmoothrankError, match=r"^transform_from_state: Standardize needs"):
         transform_from_state(state).transform(ds)
+
+
+# ----------------------------------------------------------------------------- byte order marks
+_BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("size", ["small", "large", "gzip"])
+def test_a_byte_order_mark_is_skipped_by_every_reader(tmp_path, size):
+    # Windows tools start "UTF-8" files with a BOM; it used to join the first label ('\ufeff2').
+    rows = 4000 if size == "large" else 2  # large: beyond FAST_MIN_BYTES, the compiled scanner
+    text = "".join(f"{(i % 3)} qid:{i // 2} 1:{i / 7:.4f} 2:0.5\n" for i in range(rows)).encode()
+    assert (len(text) >= letor.FAST_MIN_BYTES) == (size == "large")
+    plain = parse_letor(text)
+    name = "data.txt.gz" if size == "gzip" else "data.txt"
+    path = _write(tmp_path, gzip.compress(_BOM + text) if size == "gzip" else _BOM + text, name)
+    for dataset in (load_letor(path, cache=False), parse_letor(_BOM + text)):
+        np.testing.assert_array_equal(dataset.labels, plain.labels)
+        np.testing.assert_array_equal(dataset.features, plain.features)
+        assert list(dataset.qids) == list(plain.qids) and list(dataset.line_numbers) == list(plain.line_numbers)
+    preds = _write(tmp_path, _BOM + b"0.5\n-1\n", "pred.txt")
+    assert read_predictions(preds).tolist() == [0.5, -1.0]
+
+
+def test_a_byte_order_mark_in_a_query_file_and_a_bom_mid_file(tmp_path):
+    data = _write(tmp_path, "2 1:1\n0 1:2\n1 1:3\n", "train.txt")
+    _write(tmp_path, _BOM + b"2\n1\n", "train.txt.query")
+    assert load_letor(data, cache=False).offsets.tolist() == [0, 2, 3]
+    # Inside a file (two files concatenated) it is not a byte order mark but a bad label: named.
+    joined = _write(tmp_path, b"1 qid:1 1:1\n" + _BOM + b"0 qid:1 1:2\n", "joined.txt")
+    with pytest.raises(DataFormatError, match=r"joined\.txt:2: "):
+        load_letor(joined, cache=False)

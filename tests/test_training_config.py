@@ -29,6 +29,10 @@ def test_yaml_and_toml_give_the_same_config(tmp_path):
                                      '[model]\nkind = "context_aware"\nn_blocks = 3\n')
     assert load_config(tmp_path / "c.yaml") == load_config(tmp_path / "c.toml")
     assert load_config(tmp_path / "c.yaml").model.hidden == 384  # the paper's default
+    # A byte order mark (Windows editors) is dropped: tomllib alone refuses it.
+    for name in ("c.yaml", "c.toml"):
+        (tmp_path / f"bom-{name}").write_bytes(b"\xef\xbb\xbf" + (tmp_path / name).read_bytes())
+        assert load_config(tmp_path / f"bom-{name}") == load_config(tmp_path / name)
 
 
 def test_overrides_are_dotted_and_typed():

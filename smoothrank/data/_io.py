@@ -44,7 +44,17 @@ def gzip_errors(path: str | os.PathLike[str]) -> Iterator[None]:
         raise DataFormatError(f"{path}: corrupt or truncated gzip file ({err})") from None
 
 
+#: The UTF-8 byte order mark that Windows tools put at the start of "UTF-8" text files.
+BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark (read as text, it would join the first token)."""
+    return data[len(BOM):] if data.startswith(BOM) else data
+
+
 def read_bytes(path: Path) -> bytes:
-    """The whole (decompressed) content of ``path``; a damaged gzip file is a DataFormatError."""
+    """The whole (decompressed) content of ``path``, without a leading byte order mark; a damaged
+    gzip file is a DataFormatError."""
     with gzip_errors(path), open_binary(path) as handle:
-        return handle.read()
+        return without_bom(handle.read())

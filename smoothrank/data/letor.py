@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from smoothrank.data import cache as _cache
-from smoothrank.data._io import gzip_errors, open_binary
+from smoothrank.data._io import BOM, gzip_errors, open_binary, without_bom
 from smoothrank.data.dataset import Dataset
 from smoothrank.errors import DataFormatError, SmoothrankError
 
@@ -174,6 +174,7 @@ def parse_letor(
 ) -> Dataset:
     """Parse LETOR text already in memory (the options are those of :func:`load_letor`)."""
     opts = ReaderOptions(**options)  # type: ignore[arg-type]
+    data = without_bom(data)
     sizes = None if query_sizes is None else _check_query_sizes(query_sizes)
     context = {"source": source, "options": opts, "query_sizes": sizes, "query_source": "query_sizes"}
     with _memory_errors(source):
@@ -230,8 +231,9 @@ def _memory_chunks(data: bytes, size: int) -> Iterator[memoryview]:
 
 
 def _file_chunks(handle, size: int) -> Iterator[bytes]:
-    """Blocks of about ``size`` bytes read from ``handle``, each ending at a line end (or at EOF)."""
-    carry = b""
+    """Blocks of about ``size`` bytes read from ``handle``, each ending at a line end (or at EOF);
+    a byte order mark at the start of the file is dropped."""
+    carry = without_bom(handle.read(len(BOM)))
     while block := handle.read(size):
         if carry:
             block = carry + block
@@ -372,7 +374,7 @@ def _find_query_file(path: Path, query_file: str | os.PathLike[str] | None) -> P
 def _first_line_has_qid(path: Path) -> bool:
     with gzip_errors(path), open_binary(path) as handle:
         for raw in handle:
-            parts = raw.split(b"#", 1)[0].split()
+            parts = without_bom(raw).split(b"#", 1)[0].split()
             if parts:
                 return len(parts) > 1 and parts[1].startswith(b"qid:")
     return True
@@ -383,7 +385,7 @@ def _read_query_file(path: Path) -> np.ndarray:
     sizes = []
     with gzip_errors(path), open_binary(path) as handle:  # gzip like the data file
         for lineno, raw in enumerate(handle, 1):
-            text = raw.strip()
+            text = (without_bom(raw) if lineno == 1 else raw).strip()
             if not text:
                 continue
             if not text.isdigit() or not 0 < int(text) <= _MAX_GROUP:

@@ -348,7 +348,8 @@ def config_from_dict(data: Any, *, source: str = "config", probe_loss: bool = Tr
 def read_text_file(path: Path) -> str:
     """The UTF-8 text of a config or spec file; :class:`ConfigError` naming the file if it is not UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+        # utf-8-sig: a byte order mark (Windows editors) is dropped; tomllib would refuse it
+        return path.read_text(encoding="utf-8-sig")  # FileNotFoundError names the path
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
                           f"{err.start})") from None
