@@ -189,11 +189,8 @@ class _DeadPool:
     def __init__(self, *args, **kwargs):
         pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        pass
 
     def submit(self, *args, **kwargs):
         future: Future = Future()
@@ -234,6 +231,44 @@ def test_a_runs_warning_reaches_the_caller_naming_the_run(letor, tmp_path, worke
     assert [m.split(": data.train (")[0] for m in messages] == [
         f"zero--files--list_net-linear--seed{s}" for s in (0, 1)]
     assert all("no query has documents with different labels" in m for m in messages)
+
+
+def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(letor, tmp_path):
+    # Ctrl-C reaches the whole process group. The workers used to hand the interrupt back as a
+    # run's outcome and start the next queued run, and the parent waited for all of them: the grid
+    # ran to its end. Now the command stops at once; running it again finishes the grid.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "stop", "baseline": "list_net-mlp", "seeds": list(range(8)), "num_threads": 1,
+        "datasets": [{"name": "small", **{k: str(letor[k]) for k in ("train", "valid", "test")}}],
+        "neural": {"training": {"epochs": 60, "batch_size": 8, "list_size": 16}},
+        "losses": ["list_net"], "models": [{"label": "mlp", "kind": "mlp", "hidden": [256, 256]}],
+    }))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "smoothrank", "experiment", str(spec), "--out", str(out), "--workers", "2"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not list(out.glob("runs/*/train/checkpoint.pt")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1].decode()
+    finished_before = len(list(out.glob("runs/*/result.json")))
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    err = proc.communicate(timeout=300)[1].decode()
+    assert proc.returncode == 130 and "smoothrank: interrupted; run the same command again" in err, err
+    # No queued run may start after the interrupt: at most the two running ones can have ended.
+    finished_after = len(list(out.glob("runs/*/result.json")))
+    assert finished_after <= finished_before + 2 < 8, (finished_before, finished_after)
+    rerun = subprocess.run(command, capture_output=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr.decode()
+    assert len(list(out.glob("runs/*/result.json"))) == 8
 
 
 # ------------------------------------------------------------------------------ the model file

@@ -36,6 +36,7 @@ import copy
 import json
 import math
 import multiprocessing
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -247,10 +248,46 @@ def _show_warnings(run_id: str, caught: _Caught) -> None:
 def _run_cell_worker(cell_json: str, out_dir: str) -> tuple[dict[str, Any], _Caught]:
     # Process-pool entry point: cells travel as JSON so the child rebuilds them by validation.
     cell = Cell.model_validate_json(cell_json)
-    return _run_cell_noting_warnings(cell, out_dir)
+    try:
+        return _run_cell_noting_warnings(cell, out_dir)
+    except KeyboardInterrupt:
+        # Ctrl-C reaches the workers too. concurrent.futures would hand the interrupt back as this
+        # run's outcome and start the next queued run, so the grid would go on (and the parent's
+        # shutdown would wait for it). Leave at once: the run's checkpoint is already on disk.
+        os._exit(130)
 
 
 # ------------------------------------------------------------------------------ the grid
+def _run_in_pool(todo: Sequence[Cell], out: Path, workers: int, done: dict[str, dict[str, Any]],
+                 ran: list[str], failed: dict[str, str], say: Callable[[str], None]) -> None:
+    """Run ``todo`` in ``workers`` spawned processes, filling ``done``, ``ran`` and ``failed``."""
+    # "spawn": a forked child would inherit OpenMP/LightGBM thread pools mid-state and can hang.
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(_run_cell_worker, cell.model_dump_json(), str(out)): cell for cell in todo}
+        for i, future in enumerate(as_completed(futures), 1):
+            cell = futures[future]
+            try:
+                done[cell.run_id], caught = future.result()
+                _show_warnings(cell.run_id, caught)
+                ran.append(cell.run_id)
+                say(f"[{i}/{len(todo)}] {cell.run_id} finished")
+            except SmoothrankError as err:
+                failed[cell.run_id] = str(err)
+                say(f"[{i}/{len(todo)}] {cell.run_id} failed: {err}")
+            except BrokenProcessPool:
+                # A worker was killed (out of memory, a signal): every pending run fails with it.
+                # Finished runs are on disk and a re-run resumes the others from their checkpoints.
+                failed[cell.run_id] = ("a worker process died abruptly (killed by a signal or out of "
+                                       "memory); run the command again to continue it")
+                say(f"[{i}/{len(todo)}] {cell.run_id} failed: {failed[cell.run_id]}")
+    except BaseException:
+        # Ctrl-C: drop the queued runs instead of waiting for them (as leaving a `with` block would).
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
 @dataclass
 class ExperimentOutcome:
     """``results`` of every finished cell (in grid order); which ran now, were found finished, failed.
@@ -344,26 +381,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 
                 failed[cell.run_id] = str(err)
                 say(f"  failed: {err}")
     else:
-        # "spawn": a forked child would inherit OpenMP/LightGBM thread pools mid-state and can hang.
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {pool.submit(_run_cell_worker, cell.model_dump_json(), str(out)): cell for cell in todo}
-            for i, future in enumerate(as_completed(futures), 1):
-                cell = futures[future]
-                try:
-                    done[cell.run_id], caught = future.result()
-                    _show_warnings(cell.run_id, caught)
-                    ran.append(cell.run_id)
-                    say(f"[{i}/{len(todo)}] {cell.run_id} finished")
-                except SmoothrankError as err:
-                    failed[cell.run_id] = str(err)
-                    say(f"[{i}/{len(todo)}] {cell.run_id} failed: {err}")
-                except BrokenProcessPool:
-                    # A worker was killed (out of memory, a signal): every pending run fails with it.
-                    # Finished runs are on disk and a re-run resumes the others from their checkpoints.
-                    failed[cell.run_id] = ("a worker process died abruptly (killed by a signal or out of "
-                                           "memory); run the command again to continue it")
-                    say(f"[{i}/{len(todo)}] {cell.run_id} failed: {failed[cell.run_id]}")
+        _run_in_pool(todo, out, workers, done, ran, failed, say)
     results = [done[c.run_id] for c in cells if c.run_id in done]
     built: list[str] = []
     reused: list[str] = []
