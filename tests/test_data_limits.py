@@ -210,7 +210,8 @@ def test_a_byte_order_mark_is_skipped_by_every_reader(tmp_path, size):
     for dataset in (load_letor(path, cache=False), parse_letor(_BOM + text)):
         np.testing.assert_array_equal(dataset.labels, plain.labels)
         np.testing.assert_array_equal(dataset.features, plain.features)
-        assert list(dataset.qids) == list(plain.qids) and list(dataset.line_numbers) == list(plain.line_numbers)
+        assert list(dataset.qids) == list(plain.qids)
+        assert list(dataset.line_numbers) == list(plain.line_numbers)
     preds = _write(tmp_path, _BOM + b"0.5\n-1\n", "pred.txt")
     assert read_predictions(preds).tolist() == [0.5, -1.0]
 

@@ -253,10 +253,12 @@ def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(leto
         "losses": ["list_net"], "models": [{"label": "mlp", "kind": "mlp", "hidden": [256, 256]}],
     }))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "smoothrank", "experiment", str(spec), "--out", str(out), "--workers", "2"]
+    command = [sys.executable, "-m", "smoothrank", "experiment", str(spec), "--out", str(out),
+               "--workers", "2"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 180
-    while not list(out.glob("runs/*/train/checkpoint.pt")) and proc.poll() is None and time.monotonic() < deadline:
+    checkpoints = "runs/*/train/checkpoint.pt"
+    while not list(out.glob(checkpoints)) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()[1].decode()
     finished_before = len(list(out.glob("runs/*/result.json")))
