@@ -113,18 +113,8 @@ def _published(args: Any) -> dict[str, dict[str, float]]:
 
 def _spec_convention(spec_path: Any) -> str:
     """The ``convention`` of the experiment spec beside summary.csv (letor4 without one)."""
-    import yaml
-
-    from smoothrank._yaml import safe_load
+    from smoothrank.training.config import read_config_file  # UTF-8 (BOM too), duplicate keys refused
 
     if not spec_path.is_file():
         return "letor4"
-    try:
-        spec = safe_load(spec_path.read_text(encoding="utf-8"), name=str(spec_path))
-    except (UnicodeDecodeError, yaml.YAMLError) as err:
-        raise CLIError(f"{spec_path}: unreadable experiment spec: {err}") from None
-    if spec is None:
-        return "letor4"
-    if not isinstance(spec, dict):
-        raise CLIError(f"{spec_path}: not an experiment spec (expected a mapping)")
-    return str(spec.get("convention", "letor4"))
+    return str(read_config_file(spec_path).get("convention", "letor4"))

@@ -67,9 +67,9 @@ def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, T
         raise SmoothrankError(f"labels: expected real numbers, got {labels.dtype}")
     labels = labels.to(scores.dtype)
     real_scores = scores.detach()[mask]
-    if bool(torch.isnan(real_scores).any()):
-        raise SmoothrankError("scores: NaN at a real (unmasked) position")
-    if bool(torch.isinf(real_scores).any()):
+    if not bool(torch.isfinite(real_scores).all()):  # one check on the common path, two on failure
+        if bool(torch.isnan(real_scores).any()):
+            raise SmoothrankError("scores: NaN at a real (unmasked) position")
         raise SmoothrankError("scores: infinite value at a real (unmasked) position")
     real_labels = labels[mask]
     if not bool(torch.isfinite(real_labels).all()):

@@ -413,11 +413,15 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
                     mask = batch.mask.to(device)
                     scores = score_in_length_groups(model, batch.features.to(device), mask,
                                                     groups=config.training.length_groups)
-                    if not bool((torch.isfinite(scores) | ~mask).all()):  # no indexing: one GPU sync
-                        # Checked here, not by the loss: its error would not say when or why.
+                    try:
+                        value = loss(scores, batch.labels.to(device), mask=mask)
+                    except SmoothrankError:
+                        # The losses refuse non-finite scores; if that is why, say when and why. Checked
+                        # only here, so that the training step itself pays nothing for it.
+                        if bool((torch.isfinite(scores) | ~mask).all()):
+                            raise
                         raise TrainingError(_diverged(config, "the model's scores became infinite or NaN",
-                                                      epoch, step))
-                    value = loss(scores, batch.labels.to(device), mask=mask)
+                                                      epoch, step)) from None
                     if not torch.isfinite(value):
                         raise TrainingError(_diverged(config, f"the loss {config.loss.name!r} became "
                                                       f"{value.item()}", epoch, step))
