@@ -38,6 +38,23 @@ def check_positive(value: Any, name: str) -> float:
     return v
 
 
+def within_dtype(scale: float, dtype: torch.dtype, *, divides: bool) -> float:
+    """A checked scale option (> 0, finite) held inside the normal range of ``dtype``.
+
+    A temperature or smoothing width that *divides* score gaps is raised to the dtype's smallest
+    normal number (1.2e-38 in float32); a sharpness that *multiplies* them is lowered to that
+    number's inverse (2^126 = 8.5e37). Beyond these bounds ``1 / scale`` or ``scale * gap`` is inf
+    or 0 in the dtype, and ``0 * inf`` at tied or padded pairs is NaN. The relaxations have long
+    reached their hard limit there for every gap the dtype holds as a normal number, so the
+    bounds change no result a finite computation could give. Half-precision dtypes use float32's
+    bounds (the losses compute in float32).
+    """
+    if dtype in (torch.float16, torch.bfloat16):
+        dtype = torch.float32
+    tiny = torch.finfo(dtype).tiny
+    return max(scale, tiny) if divides else min(scale, 1.0 / tiny)
+
+
 def check_nonnegative(value: Any, name: str) -> float:
     """A finite number >= 0 (tolerances)."""
     v = _as_float(value, name, "must be a number >= 0")

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from smoothrank._checks import check_mask
+from smoothrank._checks import check_mask, within_dtype
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 
@@ -133,20 +133,35 @@ def _neural_sort_parts(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Te
 def _neural_sort_logits(scores: Tensor, mask: Tensor, temperature: float) -> Tensor:
     """Masked logits of equation 3: ``((m + 1 - 2r) s_j - B_j) / tau`` for rank r = 1..m."""
     s, b, coef = _neural_sort_parts(scores, mask)
-    logits = (coef.unsqueeze(-1) * s.unsqueeze(-2) - b.unsqueeze(-2)) / temperature
+    raw = coef.unsqueeze(-1) * s.unsqueeze(-2) - b.unsqueeze(-2)
     rows = rank_mask(mask)
     # Real rows: padded columns get -inf (no mass). Padded rows: all-zero logits (a finite
     # uniform softmax, zeroed afterwards) so that neither forward nor backward meets inf - inf.
-    logits = logits.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+    raw = raw.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+    logits = _shift_to_zero_max(raw, scores.dtype) / temperature
     return torch.where(rows.unsqueeze(-1), logits, torch.zeros_like(logits))
+
+
+def _shift_to_zero_max(raw: Tensor, scores_dtype: torch.dtype) -> Tensor:
+    """Rows shifted to a maximum of 0 (the softmax is unchanged) when the logits are no wider than
+    the scores (float64 scores, or a device without float64): at a tiny tau a logit may then reach
+    -inf (probability 0) but never +inf, whose softmax is NaN. Wider logits need no shift: with
+    tau held at or above the scores' smallest normal number, raw / tau stays far inside float64
+    (|raw| < 2 n max|s| < 1e42 for float32 scores), and the common path pays nothing. A row of
+    -inf only (no real column) is left as it is."""
+    if raw.dtype != scores_dtype:
+        return raw
+    top = raw.detach().amax(-1, keepdim=True)
+    return raw - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
 
 
 def _phat_chunk(s: Tensor, b: Tensor, coef: Tensor, rf: Tensor, cf: Tensor, tau: float) -> Tensor:
     """P-hat of a chunk of queries from the parts of ``_neural_sort_parts`` (no autograd, in place),
     formed in the parts' (wide) dtype and returned in the dtype of ``rf``."""
     logits = coef.unsqueeze(-1) * s.unsqueeze(-2)
-    logits.sub_(b.unsqueeze(-2)).div_(tau)
+    logits.sub_(b.unsqueeze(-2))
     logits.masked_fill_(cf.unsqueeze(-2) == 0, float("-inf"))
+    logits = _shift_to_zero_max(logits, rf.dtype).div_(tau)
     logits.masked_fill_(rf.unsqueeze(-1) == 0, 0.0)
     p = torch.softmax(logits, dim=-1).to(rf.dtype)
     return p.mul_(rf.unsqueeze(-1))
@@ -178,7 +193,7 @@ def neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: floa
         Row r-1 is rank r, column j is input position j; padded ranks/items are zero rows/columns.
     """
     mask = _check_scores_mask(scores, mask)
-    tau = _check_temperature(temperature)
+    tau = within_dtype(_check_temperature(temperature), scores.dtype, divides=True)
     logits = _neural_sort_logits(scores, mask, tau)  # float64 where the device has it
     p_hat = torch.softmax(logits, dim=-1).to(scores.dtype)
     return p_hat * rank_mask(mask).unsqueeze(-1).to(p_hat.dtype)
@@ -559,7 +574,7 @@ def neural_sort_bilinear(scores: Tensor, left: Tensor, right: Tensor, *, mask: T
     (value, marginal_error), both of shape (batch,); the error is 0 without Sinkhorn.
     """
     mask = _check_scores_mask(scores, mask)
-    tau = _check_temperature(temperature)
+    tau = within_dtype(_check_temperature(temperature), scores.dtype, divides=True)
     for name, vec in (("left", left), ("right", right)):
         if not isinstance(vec, Tensor) or vec.shape != scores.shape:
             raise SmoothrankError(f"{name}: expected a tensor of shape {tuple(scores.shape)}")

@@ -78,3 +78,86 @@ def test_stochastic_neural_ndcg_finite(batch) -> None:
                                          n_samples=3, generator=torch.Generator().manual_seed(0))
     (g,) = torch.autograd.grad(loss, s)
     assert torch.isfinite(loss) and torch.isfinite(g).all()
+
+
+# --- scale options beyond the dtype's range -----------------------------------------------------
+# A temperature below the dtype's smallest normal number is 0 or subnormal there, and a sharpness
+# above its inverse overflows: 1/tau or alpha * gap is inf and 0 * inf (ties, padding) is NaN.
+# The losses hold such options at those bounds (smoothrank._checks.within_dtype).
+
+_DIVISORS = [1e-30, 1e-38, 1e-45, 1e-50, 1e-300, 1e-320]
+_MULTIPLIERS = [1e30, 1e38, 3e38, 1e39, 1e300]
+_SCALE_CASES = ([("neural_ndcg", "temperature", v) for v in _DIVISORS]
+                + [("neural_ndcg_transposed", "temperature", v) for v in _DIVISORS]
+                + [("soft_ndcg", "sigma", v) for v in _DIVISORS]
+                + [("approx_ndcg", "alpha", v) for v in _MULTIPLIERS]
+                + [("rank_net", "sigma", v) for v in _MULTIPLIERS]
+                + [("lambda_rank", "sigma", v) for v in _MULTIPLIERS])
+
+
+def _awkward_batch(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ties, a padded position, a list of one, a query without a relevant document. No pair is
+    ranked the wrong way round, so even a pairwise loss at sigma = 2^126 has a finite value."""
+    scores = torch.tensor([[3.0, 2.0, 2.0, 2.0, 1.0, 9.0],
+                           [0.5, 0.0, 0.0, 0.0, 0.0, 0.0],
+                           [1.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+                           [4.0, 4.0, 4.0, 0.0, 0.0, 0.0]], dtype=dtype)
+    labels = torch.tensor([[2, 1, 1, 1, 0, 0],
+                           [1, 0, 0, 0, 0, 0],
+                           [0, 0, 0, 0, 0, 0],
+                           [2, 2, 0, 0, 0, 0]], dtype=dtype)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0],
+                         [1, 0, 0, 0, 0, 0],
+                         [1, 1, 0, 0, 0, 0],
+                         [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    return scores, labels, mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("name", "option", "value"), _SCALE_CASES)
+def test_scale_options_beyond_the_dtype_give_finite_losses(name: str, option: str, value: float,
+                                                           dtype: torch.dtype) -> None:
+    scores, labels, mask = _awkward_batch(dtype)
+    s = scores.clone().requires_grad_()
+    loss = losses.get(name, **{option: value})(s, labels, mask=mask, reduction="none")
+    (g,) = torch.autograd.grad(loss.sum(), s)
+    assert torch.isfinite(loss).all(), (name, value, loss)
+    assert torch.isfinite(g).all(), (name, value, g)
+    assert torch.all(g[~mask] == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_temperatures_below_the_dtype_act_as_its_smallest_normal_number(dtype: torch.dtype) -> None:
+    from smoothrank.metrics import ndcg
+
+    tiny = torch.finfo(dtype).tiny
+    scores = torch.tensor([[0.3, 2.0, -1.0, 0.7, 1.5]], dtype=dtype)
+    labels = torch.tensor([[1, 0, 2, 1, 0]], dtype=dtype)
+    exact = ndcg(scores, labels)
+    for name, option in (("neural_ndcg", "temperature"), ("neural_ndcg_transposed", "temperature"),
+                         ("soft_ndcg", "sigma")):
+        at_tiny = losses.get(name, **{option: tiny})(scores, labels)
+        below = losses.get(name, **{option: tiny / 2 ** 40})(scores, labels)
+        assert torch.equal(below, at_tiny), name
+        # Tie-free scores: the relaxation has reached minus the exact NDCG.
+        torch.testing.assert_close(below, -exact.to(dtype), rtol=0, atol=1e-6)
+    beyond = 1e300 if dtype == torch.float32 else 1e308  # both above 1 / tiny
+    assert torch.equal(losses.approx_ndcg(scores, labels, alpha=beyond),
+                       losses.approx_ndcg(scores, labels, alpha=1.0 / tiny))
+
+
+def test_huge_scores_never_give_nan_pairwise_losses() -> None:
+    # Gaps beyond float32's range: the pair costs that overflow are inf (their exact values are
+    # beyond float32), and the pairs that are not weighed must not turn 0 * inf into NaN.
+    scores = torch.tensor([[3e38, -3e38, 0.0, 1.0]], requires_grad=True)
+    labels = torch.tensor([[0.0, 1.0, 0.0, 2.0]])
+    for name in ("rank_net", "lambda_rank"):
+        loss = losses.get(name)(scores, labels)
+        (g,) = torch.autograd.grad(loss, scores)
+        assert not torch.isnan(loss), name
+        assert not torch.isnan(g).any(), name
+    ordered = torch.tensor([[-3e38, 3e38, 0.0, 1.0]], requires_grad=True)  # no pair the wrong way round
+    for name in ("rank_net", "lambda_rank"):
+        loss = losses.get(name)(ordered, torch.tensor([[0.0, 2.0, 0.0, 1.0]]))
+        (g,) = torch.autograd.grad(loss, ordered)
+        assert torch.isfinite(loss) and torch.isfinite(g).all(), name

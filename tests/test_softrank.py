@@ -406,3 +406,16 @@ def test_shallow_discount_family() -> None:
             shallow_discount(bad, 10)  # type: ignore[arg-type]
     with pytest.raises(SmoothrankError, match="n"):
         shallow_discount(0.0, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", ["exact", "normal", "hybrid"])
+def test_sigma_below_the_dtype_gives_finite_rank_distributions(dtype: torch.dtype, method: str) -> None:
+    # 1e-320 is 0 in float32 and subnormal in float64; held at the smallest normal number. Ties
+    # (1.0, 1.0) would meet 0 * inf = NaN at sigma = 0.
+    scores = torch.tensor([[0.3, 1.0, 1.0, -2.0]], dtype=dtype, requires_grad=True)
+    p = soft_rank(scores, sigma=1e-320, method=method)
+    (g,) = torch.autograd.grad((p * torch.arange(4, dtype=dtype)).sum(), scores)
+    assert torch.isfinite(p).all() and torch.isfinite(g).all()
+    pi = pairwise_probabilities(scores.detach(), sigma=1e-320)
+    assert torch.isfinite(pi).all() and pi[0, 1, 0] == 1.0 and pi[0, 1, 2] == 0.5

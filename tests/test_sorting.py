@@ -312,3 +312,19 @@ def test_exact_ties_split_evenly_at_any_temperature(dtype: torch.dtype) -> None:
         value, _ = sorting.neural_sort_bilinear(x, torch.rand_like(s), torch.rand_like(s), temperature=tau)
         (grad,) = torch.autograd.grad(value.sum(), x)
         assert torch.isfinite(value).all() and torch.isfinite(grad).all(), tau
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tau", [1e-50, 1e-320])
+def test_neural_sort_temperature_below_the_dtype_is_the_hard_sort(dtype: torch.dtype, tau: float) -> None:
+    # 1e-50 is 0 in float32 and 1e-320 subnormal in float64: held at the smallest normal number,
+    # P-hat is the sorting permutation, with finite gradients, also through Sinkhorn.
+    scores = torch.tensor([[0.3, 2.0, -1.0, 0.7]], dtype=dtype, requires_grad=True)
+    p = sorting.neural_sort(scores, temperature=tau)
+    hard = torch.eye(4, dtype=dtype)[torch.argsort(scores.detach(), descending=True)]
+    assert torch.equal(p.detach(), hard)
+    left = torch.tensor([[1.0, 0.6, 0.5, 0.4]], dtype=dtype)
+    right = torch.tensor([[1.0, 0.0, 3.0, 1.0]], dtype=dtype)
+    value, _ = sorting.neural_sort_bilinear(scores, left, right, temperature=tau)
+    (g,) = torch.autograd.grad(value.sum(), scores)
+    assert torch.isfinite(value).all() and torch.isfinite(g).all()

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from smoothrank._checks import check_generator
+from smoothrank._checks import check_generator, within_dtype
 from smoothrank.losses import _common as C
 
 
@@ -88,6 +88,7 @@ def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     C.check_reduction(reduction)
     C.check_gain_discount(gain, discount)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
+    alpha = within_dtype(alpha, scores.dtype, divides=False)
     g = C.real_gains(labels, mask, gain)
     disc = C.rank_discounts(mask, discount, None, scores.dtype)
     ideal = C.ideal_dcg(g, mask, disc)

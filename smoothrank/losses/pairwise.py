@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from smoothrank._checks import within_dtype
 from smoothrank.losses import _common as C
 
 
@@ -34,7 +35,7 @@ class _WeightedPairCost(torch.autograd.Function):
     Written as a custom function so that only the scores and the weights are kept for the
     backward pass (autograd would also keep the (batch, n, n) differences and costs), and the
     pair matrices are formed a chunk of queries at a time. The gradient is
-    ``d/ds_i = sum_j c_ij - sum_j c_ji`` with ``c_ij = -sigma w_ij sigmoid(-sigma (s_i - s_j))``.
+    ``d/ds_i = -sigma (sum_j c_ij - sum_j c_ji)`` with ``c_ij = w_ij sigmoid(-sigma (s_i - s_j))``.
     """
 
     @staticmethod
@@ -45,7 +46,11 @@ class _WeightedPairCost(torch.autograd.Function):
         for lo in range(0, b, chunk):
             s = scores[lo:lo + chunk]
             diff = s.unsqueeze(-1) - s.unsqueeze(-2)
-            out[lo:lo + chunk] = (weights[lo:lo + chunk] * F.softplus(diff.mul_(-sigma))).sum((-1, -2))
+            w = weights[lo:lo + chunk]
+            # A gap times sigma beyond the dtype's range is an inf cost; where no pair is weighed
+            # (w = 0) it must count 0, not 0 * inf = NaN.
+            cost = torch.where(w > 0, w * F.softplus(diff.mul_(-sigma)), 0.0)
+            out[lo:lo + chunk] = cost.sum((-1, -2))
         ctx.save_for_backward(scores, weights)
         ctx.sigma, ctx.chunk = sigma, chunk
         return out
@@ -58,8 +63,11 @@ class _WeightedPairCost(torch.autograd.Function):
         for lo in range(0, scores.shape[0], ctx.chunk):
             s = scores[lo:lo + ctx.chunk]
             diff = s.unsqueeze(-1) - s.unsqueeze(-2)
-            c = torch.sigmoid(diff.mul_(-ctx.sigma)).mul_(weights[lo:lo + ctx.chunk]).mul_(-ctx.sigma)
-            grad[lo:lo + ctx.chunk] = (c.sum(-1) - c.sum(-2)) * grad_out[lo:lo + ctx.chunk].unsqueeze(-1)
+            c = torch.sigmoid(diff.mul_(-ctx.sigma)).mul_(weights[lo:lo + ctx.chunk])
+            # sigma applied after the sums: at a huge sigma a sum may overflow to inf, never to
+            # inf - inf = NaN.
+            net = (c.sum(-1) - c.sum(-2)).mul_(-ctx.sigma)
+            grad[lo:lo + ctx.chunk] = net * grad_out[lo:lo + ctx.chunk].unsqueeze(-1)
         return grad, None, None
 
 
@@ -92,6 +100,7 @@ def rank_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     k = C.check_k(k)
     C.check_reduction(reduction)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
+    sigma = within_dtype(sigma, scores.dtype, divides=False)
     pairs = _pairs(labels, mask) & _in_top_k(scores, mask, k)
     n_pairs = pairs.sum((-1, -2)).to(scores.dtype)
     valid = n_pairs > 0
@@ -124,6 +133,7 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     C.check_reduction(reduction)
     C.check_gain_discount(gain, discount)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
+    sigma = within_dtype(sigma, scores.dtype, divides=False)
     g = C.real_gains(labels, mask, gain)
     disc_by_rank = C.rank_discounts(mask, discount, k, scores.dtype)
     ideal = C.ideal_dcg(g, mask, disc_by_rank)

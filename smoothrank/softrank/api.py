@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from smoothrank._checks import within_dtype
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.normal import (
     hybrid_rank_distributions,
@@ -71,7 +72,7 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
     """
     if not isinstance(scores, Tensor) or scores.dim() != 2 or not scores.is_floating_point():
         raise SmoothrankError("scores: expected a floating tensor of shape (batch, list_size)")
-    check_sigma(sigma)
+    sigma = within_dtype(check_sigma(sigma), scores.dtype, divides=True)
     check_method(method)
     check_n_exact(n_exact)
     mask = default_mask(scores, mask)

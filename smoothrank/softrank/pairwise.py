@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from smoothrank._checks import check_mask
+from smoothrank._checks import check_mask, within_dtype
 from smoothrank.errors import SmoothrankError
 
 
@@ -64,7 +64,7 @@ def pairwise_probabilities(scores: Tensor, *, sigma: float = 1.0, mask: Tensor |
         ``Phi((s_i - s_j) / (sigma sqrt 2))`` on real pairs, 0 elsewhere. ``torch.special.ndtr``
         saturates cleanly to 0 or 1 on huge gaps, so values and gradients stay finite.
     """
-    sigma = check_sigma(sigma)
+    sigma = within_dtype(check_sigma(sigma), scores.dtype, divides=True)
     mask = default_mask(scores, mask)
     # Padded scores may hold anything (even inf/nan): neutralise them before differencing so
     # that no NaN can leak into the gradient of the real items through torch.where.
