@@ -116,6 +116,23 @@ def test_spec_errors_name_the_key(letor_files, patch, fragment):
     assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize(("patch", "key"), [
+    ({"num_threads": True}, "num_threads"),
+    ({"alpha": False}, "alpha"),
+    ({"datasets": [{"name": "m", "mq2008_folds": [True]}]}, "datasets.0.mq2008_folds.0"),
+    ({"gbdt": [{"library": "lightgbm", "objective": "lambdarank", "early_stopping_rounds": True}]},
+     "gbdt.0.early_stopping_rounds"),
+    ({"gbdt": [{"library": "lightgbm", "objective": "lambdarank", "num_boost_round": True}]},
+     "gbdt.0.num_boost_round"),
+])
+def test_spec_refuses_a_boolean_where_a_number_is_expected(letor_files, patch, key):
+    # YAML's true/false are ints to pydantic: `num_threads: true` would run with 1 thread and
+    # `early_stopping_rounds: true` stop after 1 round, as the training config refuses too.
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(_spec_dict(letor_files, **patch))
+    assert f"{key}: expected a number, not a boolean" in str(info.value)
+
+
 def test_load_spec_resolves_relative_paths(letor_files, tmp_path):
     spec_path = letor_files / "grid.yaml"
     data = _spec_dict(letor_files)

@@ -57,6 +57,8 @@ from pydantic import (
     field_validator,
 )
 
+from smoothrank._config_types import Float as _Float
+from smoothrank._config_types import Int as _Int
 from smoothrank._config_types import Seed as _Seed
 from smoothrank._yaml import safe_load
 from smoothrank.errors import ConfigError, SmoothrankError
@@ -100,11 +102,11 @@ class DatasetSpec(_Strict):
     """
 
     name: Annotated[str, Field(pattern=_LABEL)]
-    mq2008_folds: list[Annotated[int, Field(ge=1, le=5)]] | None = None
+    mq2008_folds: list[Annotated[_Int, Field(ge=1, le=5)]] | None = None
     train: str | None = None
     valid: str | None = None
     test: str | None = None
-    n_features: Annotated[int, Field(ge=1)] | None = None
+    n_features: Annotated[_Int, Field(ge=1)] | None = None
 
     @field_validator("train", "valid", "test", mode="after")
     @classmethod
@@ -147,9 +149,9 @@ class GBDTSpec(_Strict):
     objective: str
     label: Annotated[str, Field(pattern=_LABEL)] | None = None
     params: dict[str, Any] = {}
-    num_boost_round: Annotated[int, Field(ge=1)] = 500
-    early_stopping_rounds: Annotated[int, Field(ge=1)] | None = 50
-    eval_at: Annotated[int, Field(ge=1)] = 10
+    num_boost_round: Annotated[_Int, Field(ge=1)] = 500
+    early_stopping_rounds: Annotated[_Int, Field(ge=1)] | None = 50
+    eval_at: Annotated[_Int, Field(ge=1)] = 10
     # Early stopping criterion: "spec" = the spec's select_by under its convention (as neural runs);
     # "library" = the booster's own NDCG@eval_at.
     select: Literal["spec", "library"] = "spec"
@@ -164,8 +166,8 @@ class LearnerSpec(_Strict):
 
     loss: str = "list_net"
     options: dict[str, Any] = {}
-    l2: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 1e-3
-    cv: Annotated[int, Field(ge=2)] = 5
+    l2: Annotated[_Float, Field(ge=0.0)] = 1e-3
+    cv: Annotated[_Int, Field(ge=2)] = 5
 
 
 class BlendSpec(_Strict):
@@ -187,12 +189,12 @@ class ExperimentSpec(_Strict):
     metrics: list[str] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
     select_by: str = "ndcg@10"
     baseline: str | None = None
-    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    alpha: Annotated[_Float, Field(gt=0.0, lt=1.0)] = 0.05
     # Adjustment of the baseline t-tests' p-values over the methods, per metric (stats.adjust_pvalues);
     # a reporting choice, not part of any cell.
     correction: Literal["none", "holm", "bh"] = "none"
     seeds: list[_Seed] = [0]
-    num_threads: Annotated[int, Field(ge=1)] = 1
+    num_threads: Annotated[_Int, Field(ge=1)] = 1
     datasets: list[DatasetSpec]
     neural: dict[str, Any] = {}
     losses: list[LossSpec] = []
