@@ -52,6 +52,18 @@ def test_ctrl_c_is_one_line_with_what_to_do_next(command, hint, capsys, monkeypa
     assert capsys.readouterr().err == f"smoothrank: interrupted{hint}\n"
 
 
+def test_sigterm_handler_is_restored_after_a_command(monkeypatch):
+    # The CLI turns SIGTERM into an interrupt while a command runs, and only then: code that calls
+    # main() from Python keeps its own handler afterwards.
+    import smoothrank.cli.losses as losses_cli
+
+    seen = []
+    monkeypatch.setattr(losses_cli, "run", lambda _args: seen.append(signal.getsignal(signal.SIGTERM)) or 0)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["losses"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before and seen[0] is not before
+
+
 def test_smoothrank_warnings_are_one_line_and_others_keep_their_form(capsys, monkeypatch):
     import smoothrank.cli.losses as losses_cli
 
@@ -82,8 +94,11 @@ def test_a_training_split_that_cannot_teach_warns_in_one_line(tmp_path, capsys):
     assert "TrainingWarning" not in err and "warnings.warn" not in err
 
 
-def test_sigint_during_training_then_resume(tmp_path):
-    # End to end: a real Ctrl-C after the first epoch leaves a run that --resume completes.
+@pytest.mark.parametrize(("signame", "status", "what"), [("SIGINT", 130, "interrupted"),
+                                                       ("SIGTERM", 143, "terminated")])
+def test_a_signal_during_training_then_resume(tmp_path, signame, status, what):
+    # End to end: a real Ctrl-C (or SIGTERM, which used to kill the process on the spot) after the
+    # first epoch leaves a run that --resume completes.
     folds = write_synthetic_folds(tmp_path, seed=0, queries=(150, 10, 10), docs=16)
     run_dir = tmp_path / "run"
     config = _config(tmp_path / "c.yaml", folds, run_dir, epochs=6)
@@ -94,10 +109,10 @@ def test_sigint_during_training_then_resume(tmp_path):
     while not (run_dir / "checkpoint.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "training ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, signame))
     err = proc.communicate(timeout=120)[1].decode()
-    assert proc.returncode == 130, err
-    assert err.endswith("smoothrank: interrupted; continue with the same command and --resume\n"), err
+    assert proc.returncode == status, err
+    assert err.endswith(f"smoothrank: {what}; continue with the same command and --resume\n"), err
     assert "Traceback" not in err and not list(run_dir.glob("*.tmp")) and not (run_dir / "model.pt").exists()
     done = len((run_dir / "metrics.jsonl").read_text().splitlines())
     assert 1 <= done < 6

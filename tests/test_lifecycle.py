@@ -233,12 +233,9 @@ def test_a_runs_warning_reaches_the_caller_naming_the_run(letor, tmp_path, worke
     assert all("no query has documents with different labels" in m for m in messages)
 
 
-def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(letor, tmp_path):
-    # Ctrl-C reaches the whole process group. The workers used to hand the interrupt back as a
-    # run's outcome and start the next queued run, and the parent waited for all of them: the grid
-    # ran to its end. Now the command stops at once; running it again finishes the grid.
-    import os
-    import signal
+def _start_parallel_grid(letor, tmp_path, *, runs: int, started: int):
+    """``smoothrank experiment --workers 2`` on ``runs`` slow runs in a new process group, returned
+    once ``started`` runs have a checkpoint: (process, output folder, command)."""
     import subprocess
     import sys
     import time
@@ -247,7 +244,7 @@ def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(leto
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({
-        "name": "stop", "baseline": "list_net-mlp", "seeds": list(range(8)), "num_threads": 1,
+        "name": "stop", "baseline": "list_net-mlp", "seeds": list(range(runs)), "num_threads": 1,
         "datasets": [{"name": "small", **{k: str(letor[k]) for k in ("train", "valid", "test")}}],
         "neural": {"training": {"epochs": 60, "batch_size": 8, "list_size": 16}},
         "losses": ["list_net"], "models": [{"label": "mlp", "kind": "mlp", "hidden": [256, 256]}],
@@ -257,10 +254,22 @@ def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(leto
                "--workers", "2"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 180
-    checkpoints = "runs/*/train/checkpoint.pt"
-    while not list(out.glob(checkpoints)) and proc.poll() is None and time.monotonic() < deadline:
+    while len(list(out.glob("runs/*/train/checkpoint.pt"))) < started and proc.poll() is None \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()[1].decode()
+    return proc, out, command
+
+
+def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(letor, tmp_path):
+    # Ctrl-C reaches the whole process group. The workers used to hand the interrupt back as a
+    # run's outcome and start the next queued run, and the parent waited for all of them: the grid
+    # ran to its end. Now the command stops at once; running it again finishes the grid.
+    import os
+    import signal
+    import subprocess
+
+    proc, out, command = _start_parallel_grid(letor, tmp_path, runs=8, started=1)
     finished_before = len(list(out.glob("runs/*/result.json")))
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     err = proc.communicate(timeout=300)[1].decode()
@@ -271,6 +280,36 @@ def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(leto
     rerun = subprocess.run(command, capture_output=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr.decode()
     assert len(list(out.glob("runs/*/result.json"))) == 8
+
+
+@pytest.mark.parametrize(("signame", "status", "what"), [("SIGINT", 130, "interrupted"),
+                                                       ("SIGTERM", 143, "terminated")])
+def test_a_signal_to_the_parent_alone_stops_the_workers_too(letor, tmp_path, signame, status, what):
+    # `kill -INT`, `kill` (SIGTERM), a container's stop: only the parent gets the signal. Its
+    # workers used to go on with their runs after the command had returned (and SIGTERM killed the
+    # parent on the spot, with no message). Now the parent passes it on and every process leaves.
+    import os
+    import signal
+    import time
+
+    proc, out, _ = _start_parallel_grid(letor, tmp_path, runs=4, started=2)
+    proc.send_signal(getattr(signal, signame))  # the parent only, not its process group
+    err = proc.communicate(timeout=300)[1].decode()
+    assert proc.returncode == status, err
+    assert f"smoothrank: {what}; run the same command again" in err and "Traceback" not in err, err
+    # The workers are in the parent's (new) process group: it must empty within seconds, long
+    # before either run could finish its 60 epochs.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("worker processes still running 30 s after the command returned")
+    assert not list(out.glob("runs/*/result.json")) and not list(out.rglob("*.tmp"))
 
 
 # ------------------------------------------------------------------------------ the model file

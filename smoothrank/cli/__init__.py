@@ -11,12 +11,15 @@ also come after options (``train c.yaml --quiet lr=1``), as ``parse_intermixed_a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import pkgutil
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from smoothrank import __version__
 from smoothrank.errors import SmoothrankError, SmoothrankWarning
@@ -24,6 +27,29 @@ from smoothrank.errors import SmoothrankError, SmoothrankWarning
 
 class CLIError(SmoothrankError):
     """A user-facing error of a sub-command: printed as ``smoothrank: error: <message>``, status 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a job scheduler, ``docker stop``), raised where Ctrl-C's interrupt would be,
+    so that a command stops the same way: temporary files removed, checkpoints kept, one line."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    # Python's default for SIGTERM is to die on the spot: no cleanup, and an experiment's worker
+    # processes would be left running. Signal handlers can only be set from the main thread.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +88,7 @@ def _os_message(err: OSError) -> str:
     return f"{err.strerror}: {err.filename}" if err.filename is not None else err.strerror
 
 
-# What to do after Ctrl-C, for the sub-commands whose work survives an interruption.
+# What to do after Ctrl-C (or SIGTERM), for the sub-commands whose work survives an interruption.
 _AFTER_INTERRUPT = {
     "train": "continue with the same command and --resume",
     "experiment": "run the same command again: finished runs are kept, interrupted ones resume",
@@ -87,15 +113,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _sigterm_as_interrupt():
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
             status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at exit
         return status
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         hint = _AFTER_INTERRUPT.get(args.command)
-        print("smoothrank: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
-        return 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+        what = "terminated" if isinstance(err, Terminated) else "interrupted"
+        print(f"smoothrank: {what}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        # 128 + the signal, as a shell reports a command stopped by it (Ctrl-C: SIGINT)
+        return 128 + (signal.SIGTERM if isinstance(err, Terminated) else signal.SIGINT)
     except BrokenPipeError:
         # The reader went away (``smoothrank ... | head``): stop quietly, as Unix tools do. stdout
         # is pointed at devnull so that the interpreter's final flush cannot raise again.

@@ -32,11 +32,13 @@ neural run interrupted mid-training continues from the trainer's last checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import multiprocessing
 import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -248,6 +250,7 @@ def _show_warnings(run_id: str, caught: _Caught) -> None:
 def _run_cell_worker(cell_json: str, out_dir: str) -> tuple[dict[str, Any], _Caught]:
     # Process-pool entry point: cells travel as JSON so the child rebuilds them by validation.
     cell = Cell.model_validate_json(cell_json)
+    _worker_state["in_run"] = True
     try:
         return _run_cell_noting_warnings(cell, out_dir)
     except KeyboardInterrupt:
@@ -255,6 +258,46 @@ def _run_cell_worker(cell_json: str, out_dir: str) -> tuple[dict[str, Any], _Cau
         # run's outcome and start the next queued run, so the grid would go on (and the parent's
         # shutdown would wait for it). Leave at once: the run's checkpoint is already on disk.
         os._exit(130)
+    finally:
+        _worker_state["in_run"] = False
+
+
+_worker_state = {"in_run": False, "stopping": False}
+
+
+def _worker_signals() -> None:
+    """Pool initializer: SIGINT and SIGTERM stop a worker once, cleanly.
+
+    In a run, the first one raises KeyboardInterrupt, so that temporary files are removed before
+    ``_run_cell_worker`` leaves; between runs the worker leaves at once (a KeyboardInterrupt there
+    would be a traceback from concurrent.futures). Later ones are ignored: Ctrl-C reaches a worker
+    twice, from the terminal and from the parent (:func:`_interrupt_workers`), and the second must
+    not cut the first one's clean-up short. SIGTERM to the whole process group (a scheduler
+    cancelling the job) would otherwise kill the worker on the spot."""
+    signal.signal(signal.SIGINT, _worker_interrupted)
+    signal.signal(signal.SIGTERM, _worker_interrupted)
+
+
+def _worker_interrupted(_signum: int, _frame: object) -> None:
+    if _worker_state["stopping"]:
+        return
+    _worker_state["stopping"] = True
+    if _worker_state["in_run"]:
+        raise KeyboardInterrupt
+    os._exit(130)
+
+
+def _interrupt_workers() -> None:
+    """Pass an interrupt of this process on to its worker processes.
+
+    Ctrl-C in a terminal reaches the whole process group, but ``kill -INT``, ``kill`` (SIGTERM) or
+    a container's stop reach this process only, and the workers would go on with their runs after
+    the command has returned. A worker that already has one ignores the second."""
+    if os.name != "posix":
+        return
+    for child in multiprocessing.active_children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGINT)
 
 
 # ------------------------------------------------------------------------------ the grid
@@ -262,7 +305,8 @@ def _run_in_pool(todo: Sequence[Cell], out: Path, workers: int, done: dict[str, 
                  ran: list[str], failed: dict[str, str], say: Callable[[str], None]) -> None:
     """Run ``todo`` in ``workers`` spawned processes, filling ``done``, ``ran`` and ``failed``."""
     # "spawn": a forked child would inherit OpenMP/LightGBM thread pools mid-state and can hang.
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_signals)
     try:
         futures = {pool.submit(_run_cell_worker, cell.model_dump_json(), str(out)): cell for cell in todo}
         for i, future in enumerate(as_completed(futures), 1):
@@ -281,9 +325,11 @@ def _run_in_pool(todo: Sequence[Cell], out: Path, workers: int, done: dict[str, 
                 failed[cell.run_id] = ("a worker process died abruptly (killed by a signal or out of "
                                        "memory); run the command again to continue it")
                 say(f"[{i}/{len(todo)}] {cell.run_id} failed: {failed[cell.run_id]}")
-    except BaseException:
+    except BaseException as err:
         # Ctrl-C: drop the queued runs instead of waiting for them (as leaving a `with` block would).
         pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(err, KeyboardInterrupt):
+            _interrupt_workers()
         raise
     pool.shutdown()
 
