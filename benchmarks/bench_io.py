@@ -27,7 +27,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.datasets import load_svmlight_file
+
+try:
+    from sklearn.datasets import load_svmlight_file
+except ImportError:  # a runtime-only environment (scripts/demo's)
+    raise SystemExit("bench_io.py compares with scikit-learn, a test dependency: "
+                     "run `source scripts/env.sh test` first") from None
 
 from smoothrank.data import letor, load_letor, parse_letor
 

@@ -232,7 +232,8 @@ def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
                    generator: torch.Generator | None = None) -> Tensor:
     """``beta * scores + g`` with i.i.d. standard Gumbel g, shape (n_samples, *scores.shape).
 
-    The noise is drawn on the generator's device (CPU by default) and moved to the scores' device.
+    The noise is drawn on the generator's device (the scores' device without a generator) and moved
+    to the scores' device, so that a CPU generator gives the same noise whatever the scores' device.
     """
     shape = (int(n_samples), *scores.shape)
     device = generator.device if generator is not None else scores.device

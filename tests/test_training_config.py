@@ -72,6 +72,20 @@ def test_semantic_checks():
         config_from_dict({**MINIMAL, "model": {"kind": "forest"}})
 
 
+def test_options_that_would_be_ignored_are_refused():
+    # Adam has no momentum, and only signed_log1p takes a column subset: both used to be accepted
+    # and silently ignored. Their defaults (written out in a run's config.yaml) still pass.
+    with pytest.raises(ConfigError, match=r"optimizer: momentum: only the sgd optimizer takes it, not adam"):
+        config_from_dict({**MINIMAL, "optimizer": {"name": "adam", "momentum": 0.9}})
+    with pytest.raises(ConfigError, match=r"transforms\.1: features: only signed_log1p takes a column"):
+        config_from_dict({**MINIMAL, "transforms": [{"name": "signed_log1p", "features": [0]},
+                                                    {"name": "standardize", "features": [0]}]})
+    config = config_from_dict({**MINIMAL, "optimizer": {"name": "sgd", "momentum": 0.9},
+                               "transforms": [{"name": "signed_log1p", "features": [0, 2]}, "standardize"]})
+    assert config_from_dict(yaml.safe_load(dump_config(config))) == config
+    assert config_from_dict(yaml.safe_load(dump_config(config_from_dict(MINIMAL)))).optimizer.momentum == 0
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_config(tmp_path / "missing.yaml")

@@ -2,7 +2,8 @@
 
 * :func:`pairwise_probabilities`, :func:`expected_ranks`: score smoothing and contests (eqs. 8-10).
 * :func:`rank_distributions`: the exact Rank-Binomial (eqs. 11-12) with an adjoint backward pass
-  (compiled Numba kernel on the CPU, pure PyTorch elsewhere).
+  (compiled Numba kernel on the CPU; on other devices ``backend="auto"`` takes the Fourier form,
+  ``"torch"`` the PyTorch recursion).
 * :func:`normal_rank_distributions`, :func:`hybrid_rank_distributions`: section 3.6.
 * :func:`soft_rank`: all of the above from scores, with optional Sinkhorn scaling (section 3.2).
 * :func:`shallow_discount`: the shallower training discounts of section 4.7.

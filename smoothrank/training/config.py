@@ -72,6 +72,14 @@ class TransformConfig(_Section):
     name: Literal["standardize", "signed_log1p", "query_minmax"]
     features: list[_Int] | None = None
 
+    @model_validator(mode="after")
+    def _features_only_where_used(self) -> TransformConfig:
+        # Only signed_log1p takes a column subset; elsewhere it would be silently ignored.
+        if self.features is not None and self.name != "signed_log1p":
+            raise ValueError(f"features: only signed_log1p takes a column subset; {self.name} "
+                             "always transforms every column")
+        return self
+
 
 class LinearModelConfig(_Section):
     kind: Literal["linear"]
@@ -115,6 +123,13 @@ class OptimizerConfig(_Section):
     lr: Annotated[_Float, Field(gt=0.0)] = 1e-3
     weight_decay: Annotated[_Float, Field(ge=0.0)] = 0.0
     momentum: Annotated[_Float, Field(ge=0.0, lt=1.0)] = 0.0
+
+    @model_validator(mode="after")
+    def _momentum_only_for_sgd(self) -> OptimizerConfig:
+        # Adam has no momentum option (its moments are betas): a value would be silently ignored.
+        if self.momentum != 0.0 and self.name != "sgd":
+            raise ValueError(f"momentum: only the sgd optimizer takes it, not {self.name}")
+        return self
 
 
 class ScheduleConfig(_Section):
