@@ -1,0 +1,68 @@
+"""The package imports only what pyproject.toml declares: every third-party module imported at a
+module's top level is a runtime dependency, and one imported inside a function is a runtime
+dependency or an optional extra. (scipy was once imported by the experiment runner while it came
+only through scikit-learn, which the package did not use.)"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _name(requirement: str) -> str:
+    return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0)).lower()
+
+
+def _declared() -> tuple[set[str], set[str]]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = {_name(r) for r in project["dependencies"]}
+    extras = project["optional-dependencies"]
+    optional = {_name(r) for name in ("plot", "gbdt") for r in extras[name]}
+    return runtime, optional
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """Top-level module names imported by the package, by where: "top" (module body) or "lazy"."""
+    found: dict[str, set[str]] = {"top": set(), "lazy": set()}
+    for path in (ROOT / "smoothrank").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top_level = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                root = name.split(".")[0]
+                if root != "smoothrank" and root not in sys.stdlib_module_names and root != "__future__":
+                    found["top" if id(node) in top_level else "lazy"].add(root)
+    return found
+
+
+def _distributions(module: str) -> set[str]:
+    return {_name(d) for d in packages_distributions().get(module, [])}
+
+
+def test_every_import_is_declared() -> None:
+    runtime, optional = _declared()
+    imports = _third_party_imports()
+    assert imports["top"], "no third-party import found: the scan is broken"
+    undeclared_top = {m for m in imports["top"] if not _distributions(m) & runtime}
+    assert not undeclared_top, f"imported at module level but not a runtime dependency: {undeclared_top}"
+    undeclared = {m for m in imports["lazy"] if not _distributions(m) & (runtime | optional)}
+    assert not undeclared, f"imported but declared nowhere (dependencies, plot or gbdt extras): {undeclared}"
+
+
+def test_every_runtime_dependency_is_used() -> None:
+    runtime, _ = _declared()
+    imports = _third_party_imports()
+    used = {d for m in imports["top"] | imports["lazy"] for d in _distributions(m)}
+    assert runtime <= used, f"declared but never imported by the package: {runtime - used}"
