@@ -180,6 +180,10 @@ def test_from_arrays_refuses_nan_inf_and_float32_overflow():
         Dataset.from_arrays(np.ones((2, 1)), np.array([np.inf, 0]), [1, 1])
     with pytest.raises(SmoothrankError, match=r"features\[0, 1\] is 1e\+300"):  # inf after the cast
         Dataset.from_arrays(np.array([[1.0, 1e300]]), np.zeros(1), [1])
+    # An integer label float32 cannot hold exactly would change silently in the cast.
+    with pytest.raises(SmoothrankError, match=r"labels\[1\] is 16777217, beyond 2\^24"):
+        Dataset.from_arrays(np.ones((2, 1)), np.array([0, 2**24 + 1]), [1, 1])
+    assert Dataset.from_arrays(np.ones((2, 1)), np.array([0, 2**24]), [1, 1]).labels[1] == 2**24
 
 
 # ----------------------------------------------------------------------------- transforms

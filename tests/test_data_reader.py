@@ -121,6 +121,18 @@ def test_real_and_negative_labels_when_allowed(tmp_path):
     np.testing.assert_array_equal(ds.labels, [0.5, -2])
 
 
+def test_integer_labels_beyond_float32s_exact_range_are_refused(tmp_path):
+    # float32 holds every integer up to 2^24 only: 16777217 used to be read as 16777216.
+    path = _write(tmp_path, "0 qid:1 1:1\n16777216 qid:1 1:2\n16777217 qid:2 1:3\n0 qid:2 1:1\n")
+    for read in (lambda: load_letor(path), lambda: parse_letor(path.read_bytes())):
+        with pytest.raises(DataFormatError, match=r":3: the label '16777217' is beyond 2\^24"):
+            read()
+    ok = _write(tmp_path, "0 qid:1 1:1\n16777216 qid:1 1:2\n", name="ok.txt")
+    np.testing.assert_array_equal(load_letor(ok).labels, [0, 2**24])
+    # Real-valued labels are read as float32 values, rounded as any real number is.
+    assert load_letor(path, allow_real_labels=True).labels[2] == np.float32(16777217)
+
+
 def test_lightgbm_query_file_explicit_and_auto(tmp_path):
     data = _write(tmp_path, "1 1:1\n0 1:2\n2 2:3\n", name="rank.train")
     (tmp_path / "rank.train.query").write_text("2\n1\n")

@@ -84,6 +84,11 @@ class Dataset:
         else:
             docs = np.asarray([str(d) for d in np.asarray(doc_ids).tolist()], dtype=np.str_)
         features32, labels32 = _finite_float32(features, "features"), _finite_float32(labels, "labels")
+        if labels.dtype.kind in "iu" and np.any(np.abs(labels) > 2**24):
+            # Integer labels must survive the cast: 16777217 would silently become 16777216.
+            i = int(np.argmax(np.abs(labels) > 2**24))
+            raise SmoothrankError(f"from_arrays: labels[{i}] is {int(labels[i])}, beyond 2^24 = 16777216, "
+                                  "the largest integer label float32 holds exactly")
         return cls(features32, labels32, qids, docs, offsets, lines, source)
 
     # ----------------------------------------------------------------- sizes
