@@ -21,8 +21,9 @@ import numpy as np
 from smoothrank.data._io import atomic_writer
 from smoothrank.errors import SmoothrankWarning
 
-#: Bump when the parser's output for the same input and options changes.
-FORMAT_VERSION = 1
+#: Bump when the parser's output for the same input and options changes, including when it starts
+#: refusing an input it used to read (2: integer labels beyond 2^24).
+FORMAT_VERSION = 2
 _FIELDS = ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers")
 
 
