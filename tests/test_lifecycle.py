@@ -3,6 +3,7 @@ divergence, devices that are not there, models of one's own, and a worker pool t
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from concurrent.futures import Future
@@ -233,9 +234,13 @@ def test_a_runs_warning_reaches_the_caller_naming_the_run(letor, tmp_path, worke
     assert all("no query has documents with different labels" in m for m in messages)
 
 
-def _start_parallel_grid(letor, tmp_path, *, runs: int, started: int):
-    """``smoothrank experiment --workers 2`` on ``runs`` slow runs in a new process group, returned
-    once ``started`` runs have a checkpoint: (process, output folder, command)."""
+@contextlib.contextmanager
+def _parallel_grid(letor, tmp_path, *, runs: int, started: int):
+    """``smoothrank experiment --workers 2`` on ``runs`` slow runs in a new process group, yielded
+    once ``started`` runs have a checkpoint: (process, output folder, command). Whatever the test
+    asserts, the group is killed at the end, so that a failing test leaves no worker behind."""
+    import os
+    import signal
     import subprocess
     import sys
     import time
@@ -257,8 +262,13 @@ def _start_parallel_grid(letor, tmp_path, *, runs: int, started: int):
     while len(list(out.glob("runs/*/train/checkpoint.pt"))) < started and proc.poll() is None \
             and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()[1].decode()
-    return proc, out, command
+    try:
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        yield proc, out, command
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(letor, tmp_path):
@@ -269,10 +279,10 @@ def test_ctrl_c_stops_a_parallel_experiment_at_once_and_a_rerun_finishes_it(leto
     import signal
     import subprocess
 
-    proc, out, command = _start_parallel_grid(letor, tmp_path, runs=8, started=1)
-    finished_before = len(list(out.glob("runs/*/result.json")))
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    err = proc.communicate(timeout=300)[1].decode()
+    with _parallel_grid(letor, tmp_path, runs=8, started=1) as (proc, out, command):
+        finished_before = len(list(out.glob("runs/*/result.json")))
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        err = proc.communicate(timeout=300)[1].decode()
     assert proc.returncode == 130 and "smoothrank: interrupted; run the same command again" in err, err
     # No queued run may start after the interrupt: at most the two running ones can have ended.
     finished_after = len(list(out.glob("runs/*/result.json")))
@@ -292,23 +302,22 @@ def test_a_signal_to_the_parent_alone_stops_the_workers_too(letor, tmp_path, sig
     import signal
     import time
 
-    proc, out, _ = _start_parallel_grid(letor, tmp_path, runs=4, started=2)
-    proc.send_signal(getattr(signal, signame))  # the parent only, not its process group
-    err = proc.communicate(timeout=300)[1].decode()
-    assert proc.returncode == status, err
-    assert f"smoothrank: {what}; run the same command again" in err and "Traceback" not in err, err
-    # The workers are in the parent's (new) process group: it must empty within seconds, long
-    # before either run could finish its 60 epochs.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("worker processes still running 30 s after the command returned")
+    with _parallel_grid(letor, tmp_path, runs=4, started=2) as (proc, out, _):
+        proc.send_signal(getattr(signal, signame))  # the parent only, not its process group
+        err = proc.communicate(timeout=300)[1].decode()
+        assert proc.returncode == status, err
+        assert f"smoothrank: {what}; run the same command again" in err and "Traceback" not in err, err
+        # The workers are in the parent's (new) process group: it must empty within seconds, long
+        # before either run could finish its 60 epochs.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("worker processes still running 30 s after the command returned")
     assert not list(out.glob("runs/*/result.json")) and not list(out.rglob("*.tmp"))
 
 
