@@ -85,3 +85,20 @@ def test_load_splits_of_a_data_section(tmp_path, monkeypatch):
         datasets.load_splits({"train": "train.txt", "valid": "vali.txt"})
     with pytest.raises(SmoothrankError, match=r"^data\.train: /no/such\.txt does not exist$"):
         datasets.load_splits({"train": "/no/such.txt"})
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    # A user's file used to be silently passed over for the bundled fold.
+    ({"mq2008_fold": 1, "train": "mine.txt"}, "data.mq2008_fold and data.train/valid/test are exclusive"),
+    ({"mq2008_fold": 1, "test": "mine.txt"}, "data.mq2008_fold and data.train/valid/test are exclusive"),
+    ({"valid": "v.txt"}, "give either data.train (a LETOR file) or data.mq2008_fold"),  # was a KeyError
+    ({"train": "t.txt", "vali": "v.txt"}, "data: unknown key(s) ['vali']"),  # was silently ignored
+])
+def test_load_splits_refuses_what_the_training_config_refuses(section, message):
+    from smoothrank.training.config import config_from_dict
+
+    with pytest.raises(SmoothrankError) as info:
+        datasets.load_splits(section)
+    assert message in str(info.value)
+    with pytest.raises(SmoothrankError):
+        config_from_dict({"data": section})

@@ -183,3 +183,13 @@ def test_length_groups_leave_per_item_models_alone():
     torch.testing.assert_close(score_in_length_groups(model, x, mask, groups=4), model(x, mask))
     with pytest.raises(ConfigError, match="groups"):
         score_in_length_groups(model, x, mask, groups=0)
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp", "context_aware"])
+def test_constructor_and_config_defaults_build_the_same_model(kind):
+    # build_model with a bare dict uses the constructors' defaults; a config fills in its own. They
+    # differed for the ranker's output activation (None against the config's tanh).
+    from smoothrank.training.config import config_from_dict
+
+    config = config_from_dict({"data": {"train": "t.txt"}, "model": {"kind": kind}})
+    assert repr(build_model({"kind": kind}, 7)) == repr(build_model(config.model, 7))

@@ -114,10 +114,13 @@ def test_resume_after_injected_stop_matches_uninterrupted(small_letor, tmp_path)
     assert _strip_time(resumed.history) == _strip_time(full.history)
     assert _weights_equal(resumed.model.state_dict(), full.model.state_dict())
     assert resumed.test_metrics == full.test_metrics
-    # Resuming with a changed config is refused.
+    # Resuming with a changed config is refused, naming what changed (and the step schedule
+    # that `changed` leaves out).
     changed = make_config(small_letor, tmp_path / "part", optimizer={"lr": 0.5})
-    with pytest.raises(ConfigError, match="differs"):
+    with pytest.raises(ConfigError, match="differs") as info:
         train(changed, quiet=True, resume=True)
+    assert ('(optimizer.lr: 0.01 in the run, 0.5 now; schedule.name: "step" in the run, "none" now; '
+            "schedule.step_size: 2 in the run, 50 now)") in str(info.value)
 
 
 def test_early_stopping_and_softrank_protocol(small_letor, tmp_path):

@@ -119,3 +119,22 @@ def test_softrank_protocol_decays_and_reinitialises():
     assert other.state_dict() == state
     with pytest.raises(ValueError, match="training metric"):
         SoftRankProtocol(1.0).step(0, None)
+
+
+def test_a_shallow_training_discount_is_written_as_in_experiment_specs():
+    # SoftRank section 4.7's shallower discounts: `discount: {shallow: ALPHA, n: N}` (a config cannot
+    # hold a callable). Experiment specs took it; training configs refused it ("got dict").
+    import torch
+
+    from smoothrank import losses
+    from smoothrank.softrank import shallow_discount
+
+    config = config_from_dict({**MINIMAL, "loss": {"name": "soft_ndcg",
+                                                   "options": {"discount": {"shallow": 0.5, "n": 10}}}})
+    scores, labels = torch.tensor([[0.2, 1.5, -0.3, 0.9]]), torch.tensor([[1.0, 0.0, 2.0, 1.0]])
+    bound = losses.get(config.loss.name, **config.loss.options)
+    direct = losses.soft_ndcg(scores, labels, discount=shallow_discount(0.5, 10))
+    assert torch.equal(bound(scores, labels), direct)
+    with pytest.raises(ConfigError, match=r"options\.discount: expected a name or \{shallow: ALPHA, n: N\}"):
+        config_from_dict({**MINIMAL, "loss": {"name": "soft_ndcg",
+                                              "options": {"discount": {"shallow": 0.5}}}})

@@ -21,7 +21,7 @@ from smoothrank.data.dataset import Dataset
 from smoothrank.data.letor import ReaderOptions, load_letor, parse_letor
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["MQ2008_FOLDS", "load_mq2008", "load_splits", "mq2008_text"]
+__all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
 
 #: SHA-256 of each decompressed partition.
 MQ2008_SHA256 = {
@@ -106,14 +106,37 @@ def _user_file(path: Path, fold: int, split: str) -> Path:
     raise FileNotFoundError(2, f"No Fold{fold}/{split}.txt[.gz] under the MQ2008 path", str(path))
 
 
+DATA_KEYS = ("train", "valid", "test", "mq2008_fold", "n_features")
+
+
+def data_section_problem(data: Mapping[str, Any]) -> str | None:
+    """What is wrong with the sources named by a ``data`` section (None: nothing), the one rule of
+    the training config, the experiment runner and :func:`load_splits`: the bundled fold
+    ``mq2008_fold`` or a ``train`` file, not both (a user's file must never be silently passed
+    over for the bundled data), and no key outside :data:`DATA_KEYS`."""
+    unknown = sorted(set(data) - set(DATA_KEYS))
+    if unknown:
+        return f"data: unknown key(s) {unknown}; expected some of {list(DATA_KEYS)}"
+    if data.get("mq2008_fold") is None and data.get("train") is None:
+        return "give either data.train (a LETOR file) or data.mq2008_fold (bundled data)"
+    files = [data.get(k) for k in ("train", "valid", "test")]
+    if data.get("mq2008_fold") is not None and any(f is not None for f in files):
+        return "data.mq2008_fold and data.train/valid/test are exclusive"
+    return None
+
+
 def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
     """The ``train``/``valid``/``test`` datasets of a config's ``data`` section: the bundled MQ2008
     fold ``mq2008_fold``, or the LETOR files ``train`` (required), ``valid`` and ``test``.
 
     The training file fixes the feature count of the others (a sparse file may stop at a lower
     index), from ``n_features`` when given. A missing file is an error naming its field
-    (``data.valid``) and, for a relative path, the folder it was looked for in.
+    (``data.valid``) and, for a relative path, the folder it was looked for in; so is a section
+    that names both sources, neither, or an unknown key (:func:`data_section_problem`).
     """
+    problem = data_section_problem(data)
+    if problem is not None:
+        raise SmoothrankError(problem)
     if data.get("mq2008_fold") is not None:
         fold = data["mq2008_fold"]
         return {"train": load_mq2008(fold, "train"), "valid": load_mq2008(fold, "vali"),

@@ -160,20 +160,11 @@ def _with_refit(selected: dict[str, np.ndarray], refitted: dict[str, np.ndarray]
 
 
 def resolve_loss_options(options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Turn spec-only option forms into objects; return ``(options, changed)``.
+    """Config-only option forms turned into objects (:func:`smoothrank.losses.resolve_config_forms`,
+    e.g. ``discount: {shallow: ALPHA, n: N}``); returns ``(options, changed)``."""
+    from smoothrank.losses import resolve_config_forms
 
-    ``discount: {shallow: ALPHA, n: N}`` becomes :func:`smoothrank.softrank.shallow_discount`
-    ``(ALPHA, N)``, the shallower training discounts of SoftRank section 4.7 (a YAML file
-    cannot hold a callable).
-    """
-    spec = options.get("discount")
-    if not isinstance(spec, dict):
-        return options, False
-    from smoothrank.softrank import shallow_discount
-
-    if set(spec) != {"shallow", "n"}:
-        raise ConfigError(f"options.discount: expected a name or {{shallow: ALPHA, n: N}}, got {spec!r}")
-    return {**options, "discount": shallow_discount(spec["shallow"], spec["n"])}, True
+    return resolve_config_forms(options)
 
 
 def _run_neural(cell: Cell, run_dir: Path, *,

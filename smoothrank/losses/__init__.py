@@ -10,7 +10,7 @@ Registry: :func:`get`, :func:`available`, :func:`register`, :func:`options`.
 """
 
 from smoothrank.losses import softrank as softrank  # registers soft_ndcg
-from smoothrank.losses._registry import available, get, options, register
+from smoothrank.losses._registry import available, get, options, register, resolve_config_forms
 from smoothrank.losses.listwise import approx_ndcg, list_mle, list_net
 from smoothrank.losses.neural import neural_ndcg, neural_ndcg_transposed
 from smoothrank.losses.pairwise import lambda_rank, rank_net
@@ -36,6 +36,7 @@ __all__ = [
     "options",
     "rank_net",
     "register",
+    "resolve_config_forms",
     "rmse",
     "soft_ndcg",
 ]

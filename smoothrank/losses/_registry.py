@@ -51,6 +51,23 @@ def options(name: str) -> dict[str, Any]:
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _NOT_OPTIONS}
 
 
+def resolve_config_forms(opts: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Option forms a YAML/TOML config can hold, turned into objects; returns ``(opts, changed)``.
+
+    ``discount: {shallow: ALPHA, n: N}`` becomes :func:`smoothrank.softrank.shallow_discount`
+    ``(ALPHA, N)``, the shallower training discounts of SoftRank section 4.7 (a config file cannot
+    hold a callable). Training configs, experiment specs and :func:`get` all accept it.
+    """
+    form = opts.get("discount")
+    if not isinstance(form, dict):
+        return opts, False
+    if set(form) != {"shallow", "n"}:
+        raise ConfigError(f"options.discount: expected a name or {{shallow: ALPHA, n: N}}, got {form!r}")
+    from smoothrank.softrank import shallow_discount
+
+    return {**opts, "discount": shallow_discount(form["shallow"], form["n"])}, True
+
+
 def get(name: str, **opts: Any) -> LossFn:
     """Loss ``name`` with ``opts`` bound: ``callable(scores, labels, *, mask=None, reduction="mean")``.
 
@@ -63,6 +80,7 @@ def get(name: str, **opts: Any) -> LossFn:
     if unknown:
         raise ConfigError(f"loss {name!r}: unknown option(s) {', '.join(unknown)}; "
                           f"expected some of: {', '.join(known) or '(none)'}")
+    opts, _ = resolve_config_forms(opts)
     if "generator" in opts and isinstance(opts["generator"], int) and not isinstance(opts["generator"], bool):
         # A seed from a config: one generator for the life of the bound loss, so successive
         # batches draw different (but reproducible) random numbers.

@@ -151,12 +151,15 @@ class ContextAwareRanker(nn.Module):
     self-attention over the real items of the list, position-wise feed-forward of width
     ``hidden``, residual connections and layer norm), then ``s = out_act(w^T h + b)``.
     The defaults are the paper's Web30K architecture: input layer 96, 2 blocks, 1 head,
-    hidden dimension 384; ``output_activation="tanh"`` is what the paper used for NeuralNDCG.
+    hidden dimension 384; ``output_activation="tanh"`` is what the paper used for NeuralNDCG (it
+    used none for the other losses: pass ``None``). These are also the training config's defaults,
+    so ``ContextAwareRanker(n)``, ``build_model({"kind": "context_aware"}, n)`` and a config's
+    ``model: {kind: context_aware}`` build the same model.
     """
 
     def __init__(self, n_features: int, *, input_dim: int = 96, n_blocks: int = 2, n_heads: int = 1,
                  hidden: int = 384, dropout: float = 0.1, input_activation: str | None = "relu",
-                 output_activation: str | None = None) -> None:
+                 output_activation: str | None = "tanh") -> None:
         super().__init__()
         if n_features < 1:
             raise ConfigError(f"n_features: expected a positive count, got {n_features}")

@@ -59,10 +59,11 @@ class DataConfig(_Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
-        if self.mq2008_fold is None and self.train is None:
-            raise ValueError("give either data.train (a LETOR file) or data.mq2008_fold (bundled data)")
-        if self.mq2008_fold is not None and any(p is not None for p in (self.train, self.valid, self.test)):
-            raise ValueError("data.mq2008_fold and data.train/valid/test are exclusive")
+        from smoothrank.datasets import data_section_problem
+
+        problem = data_section_problem(self.model_dump())
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 

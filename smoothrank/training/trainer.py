@@ -285,6 +285,22 @@ def _comparable(config: Config) -> dict[str, Any]:
     return dumped
 
 
+_UNSET = object()
+
+
+def _differences(run: Any, now: Any, prefix: str = "", limit: int = 5) -> list[str]:
+    """``key: X in the run, Y now`` for the first ``limit`` dotted keys where two configs differ."""
+    if isinstance(run, dict) and isinstance(now, dict):
+        found: list[str] = []
+        for key in sorted(set(run) | set(now), key=str):
+            found += _differences(run.get(key, _UNSET), now.get(key, _UNSET), f"{prefix}{key}.", limit)
+        return found[:limit]
+    if run == now:
+        return []
+    run_text, now_text = ("unset" if v is _UNSET else json.dumps(v, default=str) for v in (run, now))
+    return [f"{prefix.rstrip('.') or 'config'}: {run_text} in the run, {now_text} now"]
+
+
 def _run_path(run_dir: str | Path) -> Path:
     """The run directory, refused (nothing written) if it cannot be one: an empty path (it would
     fill the current directory) or a path that is, or lies under, something other than a folder."""
@@ -338,7 +354,9 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
             raise ConfigError(f"--resume: no checkpoint in {run_path}")
         state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
         if state.get("config") != _comparable(config):
-            raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path}")
+            changes = "; ".join(_differences(state.get("config"), _comparable(config)))
+            raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path} "
+                              f"({changes}); give the run's settings, or start a new run elsewhere")
         # A run killed while writing leaves a hidden temporary file; the previous file is intact.
         for stale_tmp in run_path.glob(".*.tmp"):
             stale_tmp.unlink()
