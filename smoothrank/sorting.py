@@ -208,7 +208,9 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
     i.i.d. standard Gumbel ``g``. Scores here are real-valued (possibly non-positive), so they are
     read as *log*-weights, ``w = exp(s)``: the perturbed scores are ``beta * s + g``, defined for
     every real score (no log of a non-positive number is ever taken). The Gumbel location does not
-    matter since P-hat is shift-invariant.
+    matter since P-hat is shift-invariant. Real item number k of a row (its index among the row's
+    real items) gets the noise drawn at position k (:func:`gumbel_perturb`), so for a given
+    generator state the samples do not depend on where the padding sits.
 
     Returns
     -------
@@ -222,25 +224,46 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
     if not float(beta) > 0:
         raise SmoothrankError(f"beta: must be positive, got {beta!r}")
     shape = (int(n_samples), *scores.shape)
-    perturbed = gumbel_perturb(scores, n_samples=int(n_samples), beta=float(beta), generator=generator)
+    perturbed = gumbel_perturb(scores, n_samples=int(n_samples), beta=float(beta), generator=generator,
+                               mask=mask)
     flat_mask = mask.unsqueeze(0).expand(shape).reshape(-1, scores.shape[-1])
     p = neural_sort(perturbed.reshape(-1, scores.shape[-1]), mask=flat_mask, temperature=tau)
     return p.reshape(*shape, scores.shape[-1])
 
 
 def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
-                   generator: torch.Generator | None = None) -> Tensor:
+                   generator: torch.Generator | None = None, mask: Tensor | None = None) -> Tensor:
     """``beta * scores + g`` with i.i.d. standard Gumbel g, shape (n_samples, *scores.shape).
 
     The noise is drawn on the generator's device (the scores' device without a generator) and moved
     to the scores' device, so that a CPU generator gives the same noise whatever the scores' device.
+    With a ``mask`` (True = real item), real item number k of a row (its index among the row's real
+    items) gets the noise drawn at position k: the noise of the real items does not depend on where
+    the padding sits, and with the padding at the end of every row it is the noise drawn without a mask.
     """
     shape = (int(n_samples), *scores.shape)
     device = generator.device if generator is not None else scores.device
     u = torch.rand(shape, generator=generator, dtype=scores.dtype, device=device).to(scores.device)
+    if mask is not None:
+        slots = _real_first_slots(check_mask(mask, scores))
+        u = u.gather(-1, slots.expand(shape))
     finfo = torch.finfo(scores.dtype)
     gumbel = -torch.log(-torch.log(u.clamp(finfo.tiny, 1.0 - finfo.eps)))
     return float(beta) * scores.unsqueeze(0) + gumbel
+
+
+def _real_first_slots(mask: Tensor) -> Tensor:
+    """Slot of every position once each row's real items are moved, in order, before its padded ones.
+
+    Returns an int64 tensor of the mask's shape: real item number k of a row (k = its index among the
+    row's real items) has slot k, and the j-th padded position of a row with m real items has slot
+    m + j. A permutation of ``0..n-1`` per row, the identity where the padding is at the end. The
+    randomized losses draw their noise for slot k and give it to the item in slot k, so that a real
+    item's noise does not depend on where the padding sits.
+    """
+    real = mask.cumsum(-1)
+    padded = torch.arange(1, mask.shape[-1] + 1, device=mask.device) - real
+    return torch.where(mask, real - 1, real[..., -1:] + padded - 1)
 
 
 # --------------------------------------------------------------------------- Sinkhorn

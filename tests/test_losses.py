@@ -224,7 +224,9 @@ def test_padding_position_does_not_change_loss_or_gradients(name: str, where: st
     y = torch.tensor([[2.0, 0, 1, 0, 3, 4], [1, 0, 0, 0, 0, 0], [0, 1, 2, 3, 4, 5]], dtype=F64)
     opts = {"k": 3} if name in ("neural_ndcg", "neural_ndcg_transposed", "rank_net", "lambda_rank") else {}
     if name == "list_mle":
-        # Random tie-breaks are drawn per position, so compare on tie-free labels.
+        # Random tie-breaks come from one (batch, list_size) draw, which the padding widens (other
+        # rows get other draws), so compare on tie-free labels; padding moved within the same
+        # width is test_randomized_losses_draw_the_same_noise_wherever_the_padding_sits.
         y = torch.tensor([[2.0, 0, 1, 5, 3, 4], [1, 0, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5]], dtype=F64)
     fn = losses.get(name, **opts)
     s_ref = s.clone().requires_grad_()
@@ -238,6 +240,66 @@ def test_padding_position_does_not_change_loss_or_gradients(name: str, where: st
     torch.testing.assert_close(got, ref)
     torch.testing.assert_close(g[:, idx], g_ref)
     assert torch.all(g[~mask] == 0)
+
+
+RANDOMIZED = {"list_mle": {}, "neural_ndcg": {"stochastic": True, "n_samples": 4, "temperature": 0.3},
+              "neural_ndcg_transposed": {"stochastic": True, "n_samples": 4, "temperature": 0.3}}
+# Ties within every row: list_mle's random tie-breaks decide its value.
+TIED_LABELS = torch.tensor([[2.0, 0, 1, 0, 1, 0, 1], [1, 1, 1, 0, 0, 0, 0], [0, 0, 2, 2, 1, 1, 0]], dtype=F64)
+
+
+def _randomized_loss(name: str, where: str, seeded: bool, dtype=F64):
+    """Loss per query and gradient of the real items (in their order) of a randomized loss, on
+    TIED_LABELS padded by two items at ``where``, with the generator or the global RNG seeded."""
+    s = torch.randn(3, 7, generator=torch.Generator().manual_seed(21), dtype=F64)
+    sp, mask, idx = pad(s, where, fill=float("nan"))
+    yp, _, _ = pad(TIED_LABELS, where, fill=-1.0)
+    x = sp.to(dtype).requires_grad_()
+    fn = getattr(losses, name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        gen = torch.Generator().manual_seed(5) if seeded else None
+        value = fn(x, yp.to(dtype), mask=mask, reduction="none", generator=gen, **RANDOMIZED[name])
+    (grad,) = torch.autograd.grad(value.sum(), x)
+    assert torch.all(grad[~mask] == 0)
+    return value.detach(), grad[:, idx]
+
+
+@pytest.mark.parametrize("name", sorted(RANDOMIZED))
+@pytest.mark.parametrize("seeded", [True, False])
+@pytest.mark.parametrize("where", ["front", "middle"])
+def test_randomized_losses_draw_the_same_noise_wherever_the_padding_sits(name: str, seeded: bool,
+                                                                        where: str) -> None:
+    """A real item's random draw (ListMLE's tie-break, the Gumbel noise of stochastic NeuralNDCG)
+    depends on its index among its row's real items and on the generator, not on the padding:
+    padding at the front or in the middle gives the loss and gradients of padding at the end
+    (before, the draw of position j went to the item at position j: ListMLE's first row gave 8.61
+    with the padding at the front and 5.91 in the middle instead of 8.88). ListMLE is bit for bit
+    the same; NeuralSort rounds differently when the real items sit at other positions."""
+    for dtype in (torch.float32, F64):
+        want, want_grad = _randomized_loss(name, "end", seeded, dtype)
+        got, grad = _randomized_loss(name, where, seeded, dtype)
+        if name == "list_mle":
+            assert torch.equal(got, want) and torch.equal(grad, want_grad), (got, want)
+        else:
+            tol = 1e-6 if dtype == torch.float32 else 1e-12
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+            torch.testing.assert_close(grad, want_grad, rtol=tol, atol=tol)
+
+
+# Values of the code before the padding-invariant draws, padding at the end: published training
+# runs (real items first) must keep their random draws.
+END_PADDING_VALUES = {
+    "list_mle": [8.880720317956875, 7.4070331084849235, 11.19781820405766],
+    "neural_ndcg": [-0.895364155348803, -0.7565382167358594, -0.5985807584173181],
+    "neural_ndcg_transposed": [-0.8950074250875582, -0.756605128942863, -0.5985318643080104],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOMIZED))
+def test_randomized_losses_keep_their_draws_with_the_padding_at_the_end(name: str) -> None:
+    got, _ = _randomized_loss(name, "end", seeded=True)
+    torch.testing.assert_close(got, torch.tensor(END_PADDING_VALUES[name], dtype=F64), rtol=1e-12, atol=1e-12)
 
 
 def _gradcheck_options(name: str) -> list[dict]:
@@ -499,7 +561,7 @@ def test_every_registered_loss_takes_padding_anywhere_with_real_zero_labels(name
         assert torch.all(per_query[[1, 3]] == 0) and torch.all(grad[[1, 3]] == 0)  # uninformative queries
         assert torch.isfinite(fn(x, y.to(dtype), mask=mask))  # "mean" over one informative query
     if name == "list_mle":
-        return  # its random tie-breaks among the zeros depend on positions, hence on the padding
+        return  # its tie-breaks among the zeros come from a (batch, list_size) draw: not a row alone's
     want, want_grad = _alone(fn, s, y, mask)
     x = s.clone().requires_grad_()
     per_query = fn(x, y, mask=mask, reduction="none")

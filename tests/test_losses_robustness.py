@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smoothrank import losses
+from smoothrank import losses, sorting
 
 NAMES = ["neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "rank_net", "lambda_rank", "list_net",
          "list_mle", "rmse"]
@@ -78,6 +78,32 @@ def test_stochastic_neural_ndcg_finite(batch) -> None:
                                          n_samples=3, generator=torch.Generator().manual_seed(0))
     (g,) = torch.autograd.grad(loss, s)
     assert torch.isfinite(loss) and torch.isfinite(g).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=batches(), seed=st.integers(0, 2**31))
+def test_random_draws_do_not_depend_on_where_the_padding_sits(batch, seed: int) -> None:
+    """ListMLE's tie-breaks and the Gumbel noise of a real item depend on its index among its row's
+    real items: moving every row's real items to the front (padding at the end) changes nothing,
+    bit for bit, ties and half precision included."""
+    scores, labels, mask, _, _ = batch
+    front = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)  # real items first, in order
+
+    def compact(x: torch.Tensor) -> torch.Tensor:
+        return torch.gather(x, -1, front.expand(x.shape))
+
+    results = []
+    for s, y, m in ((scores, labels, mask), (compact(scores), compact(labels), compact(mask))):
+        x = s.clone().requires_grad_()
+        value = losses.list_mle(x, y, mask=m, reduction="none", generator=seed)
+        (grad,) = torch.autograd.grad(value.sum(), x)
+        noise = sorting.gumbel_perturb(s.float(), mask=m, n_samples=2, beta=1.0,
+                                       generator=torch.Generator().manual_seed(seed))
+        results.append((value, grad, noise, m))
+    (value, grad, noise, _), (value_c, grad_c, noise_c, m_c) = results
+    assert torch.equal(value, value_c)
+    assert torch.equal(compact(grad), grad_c)
+    assert torch.equal(compact(noise)[:, m_c], noise_c[:, m_c])
 
 
 # --- scale options beyond the dtype's range -----------------------------------------------------

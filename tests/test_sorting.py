@@ -113,6 +113,47 @@ def test_stochastic_neural_sort_layout_and_masks() -> None:
     torch.testing.assert_close(sto[0], det, atol=1e-4, rtol=0)
 
 
+def _perturbed(where: str, seeded: bool, masked: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gumbel_perturb`` of a batch padded by three items at ``where``, and the real positions."""
+    s = torch.randn(2, 6, generator=torch.Generator().manual_seed(3), dtype=F64)
+    padded, mask, idx = _pad(s, where, fill=123.0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        gen = torch.Generator().manual_seed(4) if seeded else None
+        opts = {"mask": mask} if masked else {}
+        return sorting.gumbel_perturb(padded, n_samples=3, beta=0.5, generator=gen, **opts), idx
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_gumbel_noise_of_a_real_item_does_not_depend_on_the_padding(seeded: bool) -> None:
+    """Real item number k of a row gets the noise drawn at position k: the same for padding at the
+    front, in the middle and at the end; with the padding at the end, every value is the one drawn
+    without a mask (as before the masked draws existed)."""
+    end, idx = _perturbed("end", seeded)
+    for where in ("front", "middle"):
+        got, got_idx = _perturbed(where, seeded)
+        assert torch.equal(got[..., got_idx], end[..., idx]), where
+    assert torch.equal(end, _perturbed("end", seeded, masked=False)[0])
+
+
+@pytest.mark.parametrize("where", ["front", "middle"])
+def test_stochastic_neural_sort_samples_do_not_depend_on_the_padding(where: str) -> None:
+    """The same generator seed gives the same relaxed permutations of the real items (and gradients)
+    wherever the padding sits; NeuralSort only rounds differently at other positions."""
+    s = torch.randn(2, 6, generator=torch.Generator().manual_seed(3), dtype=F64)
+    weights = torch.randn(3, 2, 6, 6, generator=torch.Generator().manual_seed(5), dtype=F64)
+    out = []
+    for pos in ("end", where):
+        padded, mask, idx = _pad(s, pos, fill=123.0)
+        x = padded.clone().requires_grad_()
+        p = sorting.stochastic_neural_sort(x, mask=mask, n_samples=3, temperature=0.4,
+                                           generator=torch.Generator().manual_seed(6))[..., :6, :][..., idx]
+        (grad,) = torch.autograd.grad((p * weights).sum(), x)
+        out.append((p.detach(), grad[:, idx]))
+    torch.testing.assert_close(out[1][0], out[0][0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out[1][1], out[0][1], rtol=1e-12, atol=1e-12)
+
+
 def test_neural_sort_errors_name_the_argument() -> None:
     s = torch.randn(2, 3)
     with pytest.raises(SmoothrankError, match="temperature"):

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from smoothrank._checks import check_generator, within_dtype
 from smoothrank.losses import _common as C
+from smoothrank.sorting import _real_first_slots
 
 
 def _masked_log_softmax(x: Tensor, mask: Tensor) -> Tensor:
@@ -47,17 +48,22 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
 
     with pi the real items sorted by descending label, ties broken uniformly at random by
     ``generator`` (a ``torch.Generator``; an int seeds a fresh one, so every call with that int
-    breaks ties the same way).
+    breaks ties the same way). The tie-break depends on the real items' order in the row and on the
+    generator, not on where the padding sits.
     """
     C.check_reduction(reduction)
     gen = check_generator(generator)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
     valid = C.has_relevant(labels, mask)
     b, n = scores.shape
-    # Random tie-break: shuffle positions, then a stable sort by label keeps the shuffled order
-    # within a label. Padded items go last.
+    # Random tie-break: shuffle the slots of the real-first layout (real item number k of a row in
+    # slot k), map them to positions, then a stable sort by label keeps the shuffled order within a
+    # label; padded items go last. The shuffle of the real items does not depend on where the
+    # padding sits, and with the padding at the end slots are positions.
     shuffle = torch.argsort(torch.rand(b, n, generator=gen, device=gen.device if gen else "cpu"), dim=-1)
-    shuffle = shuffle.to(scores.device)
+    slots = _real_first_slots(mask)
+    position = torch.empty_like(slots).scatter_(-1, slots, torch.arange(n, device=slots.device).expand(b, n))
+    shuffle = torch.gather(position, -1, shuffle.to(scores.device))
     key = torch.gather(labels.masked_fill(~mask, float("-inf")), -1, shuffle)
     order = torch.gather(shuffle, -1, torch.sort(key, dim=-1, descending=True, stable=True).indices)
     s = torch.gather(scores, -1, order)

@@ -60,7 +60,7 @@ def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, tempera
         # Sample-major (sample, batch) layout, flattened; masks, gains and discounts are expanded
         # in the same layout so that every sample of query b uses query b's padding.
         perturbed = sorting.gumbel_perturb(scores, n_samples=s_count, beta=float(beta),
-                                           generator=check_generator(generator))
+                                           generator=check_generator(generator), mask=mask)
 
         def expand(x: Tensor) -> Tensor:
             return x.unsqueeze(0).expand(s_count, *x.shape).reshape(s_count * b, n)
@@ -99,7 +99,8 @@ def neural_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
         column sum is within tol of one; the paper's 30 and 1e-6).
     stochastic : average over ``n_samples`` Plackett-Luce samples: P-hat of ``beta * s + Gumbel``
         (scores read as log-weights; see :func:`smoothrank.sorting.stochastic_neural_sort`),
-        drawn with ``generator``.
+        drawn with ``generator``. Real item number k of a row (its index among the row's real
+        items) gets the same noise wherever the padding sits.
     gain, discount : the :mod:`smoothrank.gains` vocabulary ("exp2" = 2^y - 1, "linear" = y; "log2", ...).
     """
     return _neural_ndcg(scores, labels, mask=mask, reduction=reduction, temperature=temperature, k=k,
