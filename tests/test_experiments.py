@@ -28,7 +28,13 @@ from smoothrank.experiments import (
     summarize,
 )
 from smoothrank.experiments.gbdt import fit_gbdt
-from smoothrank.experiments.report import compare_methods, format_csv, format_markdown, published_comparison
+from smoothrank.experiments.report import (
+    compare_methods,
+    format_csv,
+    format_markdown,
+    published_comparison,
+    write_reports,
+)
 from smoothrank.experiments.runner import write_json
 from smoothrank.metrics import evaluate_flat, mean_metrics
 
@@ -328,7 +334,7 @@ def test_summary_adjusts_each_metric_over_the_methods():
         assert {"holm": "Holm-adjusted", "bh": "Benjamini-Hochberg-adjusted"}[correction] in text
     assert all(plain[m]["p_adjusted"] == plain[m]["p_value"] for m in shifts)  # none: unchanged
     assert plain["marginal"]["significant"] == 1 and plain["marginal"]["p_value"] > 0.025
-    assert "p_adjusted" in format_csv(rows).splitlines()[0]
+    assert "p_adjusted" in format_csv(rows, convention="trec").splitlines()[0]
     with pytest.raises(SmoothrankError, match="correction"):
         summarize(results, metrics=["ndcg@1"], baseline="base", correction="sidak")
 
@@ -367,11 +373,29 @@ def test_summary_hand_check():
     assert "| RankBoost (published) | 0.3856 |" in text  # mq2008 under letor4
     assert "(published)" not in format_markdown(rows, metrics=["ndcg@1"], title="T", convention="lightgbm",
                                                 baseline="base", alpha=0.05)
-    parsed = list(csv.DictReader(io.StringIO(format_csv(rows))))
+    parsed = list(csv.DictReader(io.StringIO(format_csv(rows, convention="letor4"))))
     assert {(r["method"], r["split"]) for r in parsed} == {("base", "test"), ("base", "train"),
                                                            ("ours", "test"), ("ours", "train")}
     assert float(next(r for r in parsed if r["method"] == "ours" and r["split"] == "test")["mean"]) == \
         pytest.approx(np.mean(fold_means), abs=1e-5)
+
+
+def test_summary_csv_states_the_convention_in_a_last_column(tmp_path):
+    # Every row names its metric convention; the column comes last, so the columns of files written
+    # before it keep their names and positions.
+    results = [_fake("base", f, [0.2, 0.4], 0.5) for f in (1, 2)] + [_fake("ours", f, [0.3, 0.5], 0.6)
+                                                                    for f in (1, 2)]
+    write_reports(results, tmp_path, metrics=["ndcg@1"], title="T", convention="trec", baseline="base")
+    header, *lines = (tmp_path / "summary.csv").read_text().splitlines()
+    old = ("dataset,method,kind,split,metric,mean,std,n_folds,n_runs,baseline,p_value,t_statistic,"
+           "n_queries,significant,p_adjusted")
+    assert header == old + ",convention"
+    parsed = list(csv.DictReader(io.StringIO((tmp_path / "summary.csv").read_text())))
+    assert len(parsed) == len(lines) == 4 and {r["convention"] for r in parsed} == {"trec"}
+    assert all(line.endswith(",trec") for line in lines)
+    assert json.loads((tmp_path / "summary.json").read_text())["convention"] == "trec"
+    with pytest.raises(TypeError):
+        format_csv(summarize(results, metrics=["ndcg@1"]))  # the convention must be given
 
 
 def _row(method, split, metric, mean, kind="neural"):
@@ -537,6 +561,45 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
     write_json(other / "runs" / "a-1" / "result.json", {**_fake("a", 1, b[1], 0.5), "dataset": "mslr"})
     assert cli_main(["compare", str(tmp_path), "a", "a", "--b-out", str(other)]) == 2
     assert "pair only on the same data" in capsys.readouterr().err
+
+
+def test_compare_states_the_metric_convention(tmp_path, capsys):
+    # The table's header line and the JSON name the convention the runs were scored under (each
+    # result.json records it); the JSON's metric entries are unchanged.
+    def put(out: Path, method: str, fold: int, values: list[float], convention: str | None) -> None:
+        result = _fake(method, fold, values, 0.5)
+        if convention is not None:
+            result["convention"] = convention
+        write_json(out / "runs" / f"{method}-{fold}" / "result.json", result)
+
+    rng = np.random.default_rng(4)
+    for method in ("a", "b"):
+        for fold in (1, 2):
+            put(tmp_path, method, fold, rng.uniform(size=10).round(3).tolist(), "lightgbm")
+    assert cli_main(["compare", str(tmp_path), "a", "b"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header == "a - b, paired t-test over test queries (two-sided), convention lightgbm"
+    assert cli_main(["compare", str(tmp_path), "a", "b", "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert list(printed) == ["convention", "ndcg@1"] and printed["convention"] == "lightgbm"
+    assert set(printed["ndcg@1"]) == {"mean_difference", "t", "p_value", "n_queries"}
+    # --b-out: the same convention on both sides (a different one is refused).
+    other = tmp_path / "other"
+    for fold in (1, 2):
+        put(other, "b", fold, [0.5] * 10, "lightgbm")
+    assert cli_main(["compare", str(tmp_path), "a", "b", "--b-out", str(other), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["convention"] == "lightgbm"
+    put(other, "b", 1, [0.5] * 10, "trec")
+    assert cli_main(["compare", str(tmp_path), "a", "b", "--b-out", str(other)]) == 2
+    assert "convention" in capsys.readouterr().err
+    # Results that do not record one (hand-made): said so, null in JSON.
+    bare = tmp_path / "bare"
+    for method in ("a", "b"):
+        put(bare, method, 1, [0.1, 0.5, 0.7], None)
+    assert cli_main(["compare", str(bare), "a", "b"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(", convention not recorded")
+    assert cli_main(["compare", str(bare), "a", "b", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["convention"] is None
 
 
 def test_shallow_training_discount(letor_files, tmp_path):

@@ -92,7 +92,7 @@ def test_training_curves(tmp_path):
         plots.training_curves(run, tmp_path / "bad.png")
 
 
-def _summary_csv(tmp_path: Path, dataset: str = "mq2008") -> Path:
+def _summary_csv(tmp_path: Path, dataset: str = "mq2008", convention: str = "letor4") -> Path:
     results = []
     for method, shift in (("a", 0.0), ("b", 0.1)):
         for fold in (1, 2):
@@ -101,9 +101,36 @@ def _summary_csv(tmp_path: Path, dataset: str = "mq2008") -> Path:
                             "metrics": {"test": {"ndcg@1": float(np.mean(test)), "map": 0.4 + shift},
                                         "train": {"ndcg@1": 0.6, "map": 0.6}},
                             "per_query": {"qids": ["q1", "q2"], "ndcg@1": test, "map": [0.4, 0.4]}})
+    tmp_path.mkdir(parents=True, exist_ok=True)
     csv_path = tmp_path / "summary.csv"
-    csv_path.write_text(format_csv(summarize(results, metrics=["ndcg@1", "map"], baseline="a")))
+    csv_path.write_text(format_csv(summarize(results, metrics=["ndcg@1", "map"], baseline="a"),
+                                   convention=convention))
     return csv_path
+
+
+def _without_convention(csv_path: Path) -> Path:
+    """``csv_path`` as written before summary.csv had its last column, ``convention``."""
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].endswith(",convention")
+    csv_path.write_text("".join(line.rsplit(",", 1)[0] + "\n" for line in lines))
+    return csv_path
+
+
+@pytest.fixture
+def figure_titles(monkeypatch) -> list[list[str]]:
+    """The titles (figure and axes) of each figure the plots module saves, in order."""
+    from smoothrank.plots import figures
+
+    saved: list[list[str]] = []
+    original = figures._save
+
+    def save(fig, path):
+        titles = [fig._suptitle.get_text()] if fig._suptitle is not None else []
+        saved.append(titles + [ax.get_title() for ax in fig.axes])
+        return original(fig, path)
+
+    monkeypatch.setattr(figures, "_save", save)
+    return saved
 
 
 def test_summary_forest_and_selections(tmp_path):
@@ -125,6 +152,35 @@ def test_summary_forest_and_selections(tmp_path):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_summary_figures_name_the_metric_convention(tmp_path, figure_titles):
+    csv_path = _summary_csv(tmp_path, convention="lightgbm")
+    assert plots.summary_convention(csv_path) == "lightgbm"
+    assert plots.summary_bars(csv_path, tmp_path / "bars.png")["convention"] == "lightgbm"
+    assert plots.summary_forest(csv_path, tmp_path / "forest.png")["convention"] == "lightgbm"
+    bars, forest = figure_titles
+    assert bars == ["mq2008: test set\nmetric convention: lightgbm"]
+    assert forest[0] == "mq2008: test set, mean ± std over folds\nmetric convention: lightgbm"
+    _assert_png(tmp_path / "bars.png")
+    _assert_png(tmp_path / "forest.png")
+
+
+@pytest.mark.parametrize("spec, convention", [("name: x\nconvention: trec\n", "trec"),
+                                              ("name: x\n", "letor4"), (None, None)])
+def test_summary_figures_of_a_csv_without_the_convention_column(tmp_path, figure_titles, spec, convention):
+    # A summary.csv written before the column: the experiment's spec.yaml beside it says (letor4 is
+    # the spec default); without one, the title says that the convention is not recorded.
+    csv_path = _without_convention(_summary_csv(tmp_path, convention="lightgbm"))
+    if spec is not None:
+        (tmp_path / "spec.yaml").write_text(spec)
+    assert plots.summary_convention(csv_path) == convention
+    data = plots.summary_bars(csv_path, tmp_path / "bars.png")
+    np.testing.assert_allclose(data["mean"], [[0.4075, 0.4], [0.5075, 0.5]], atol=1e-5)
+    assert plots.summary_forest(csv_path, tmp_path / "forest.png")["convention"] == convention
+    _assert_png(tmp_path / "forest.png")
+    shown = f"metric convention: {convention or 'not recorded'}"
+    assert [titles[0].splitlines()[-1] for titles in figure_titles] == [shown, shown]
+
+
 def test_cli_plot_forest_with_published_rows(tmp_path, capsys):
     from smoothrank.published import MQ2008_BASELINES
 
@@ -134,15 +190,21 @@ def test_cli_plot_forest_with_published_rows(tmp_path, capsys):
                      "--methods", "b,a", "--metrics", "map"]) == 0
     _assert_png(out)
     assert str(out) in capsys.readouterr().out
-    # The published rows apply to an MQ2008 test split under letor4 only.
+    # The published rows apply to an MQ2008 test split under letor4 only: the convention is the
+    # summary's column, or for a summary written before it, the spec's beside it.
+    lightgbm = _summary_csv(tmp_path / "lightgbm", convention="lightgbm")
+    assert cli_main(["plot", "forest", str(lightgbm), "--out", str(out), "--published"]) == 2
+    assert "under 'lightgbm'" in capsys.readouterr().err
     (tmp_path / "spec.yaml").write_text("name: x\nconvention: lightgbm\n")
+    assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published"]) == 0  # the column
+    capsys.readouterr()
+    _without_convention(csv_path)
     assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published"]) == 2
     assert "letor4" in capsys.readouterr().err
     (tmp_path / "spec.yaml").write_text("name: x\nconvention: letor4\n")
     assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published",
                      "--split", "valid"]) == 2
     assert "test-set values" in capsys.readouterr().err
-    (tmp_path / "other").mkdir()
     other = _summary_csv(tmp_path / "other", "mslr")
     assert cli_main(["plot", "forest", str(other), "--out", str(out), "--published"]) == 2
     assert "'mslr'" in capsys.readouterr().err

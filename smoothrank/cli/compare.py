@@ -1,7 +1,9 @@
 """``smoothrank compare``: paired t-test between two methods of a finished experiment.
 
 Reads ``OUT/runs/*/result.json`` (and seed ensembles and blends) and prints, per metric, the mean
-difference over the two methods' common test queries, t and the two-sided p-value. With
+difference over the two methods' common test queries, t and the two-sided p-value, and the metric
+convention (letor4, lightgbm, trec) the runs were scored under (header line; JSON key
+``convention``). With
 ``--b-out OUT_B`` the second method comes from another experiment on the same data (e.g. a linear
 scorer of one grid against an MLP of another): queries are paired on (fold, query id), and the two
 experiments must share the dataset names and the metric convention.
@@ -52,13 +54,17 @@ def run(args: argparse.Namespace) -> int:
         _check_same_data(results, args.method_a, method_b)
     metrics = _metrics(args.metrics, results, args.method_a, method_b)
     tests = compare_methods(results, args.method_a, method_b, metrics=metrics)
+    convention = _convention(results, args.method_a, method_b)
     if args.format == "json":
         # Strict JSON has no NaN or infinity: an undefined value (fewer than 2 pairs) is null.
-        print(json.dumps({m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
-                              "p_value": _finite(t.pvalue), "n_queries": t.n} for m, t in tests.items()},
+        # "convention": the metric convention of the values (null: not recorded in result.json).
+        print(json.dumps({"convention": convention,
+                          **{m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
+                                 "p_value": _finite(t.pvalue), "n_queries": t.n} for m, t in tests.items()}},
                          indent=2, allow_nan=False))
         return 0
-    print(f"{args.method_a} - {method_b}, paired t-test over test queries (two-sided)")
+    print(f"{args.method_a} - {method_b}, paired t-test over test queries (two-sided), "
+          f"convention {convention or 'not recorded'}")
     print("| metric | mean difference | t | p | queries | significant |")
     print("|---|---|---|---|---|---|")
     for metric, t in tests.items():
@@ -81,6 +87,14 @@ def _metrics(text: str | None, results: list[dict[str, Any]], method_a: str,
     if problem is not None:
         raise CLIError(f"--metrics: {problem}")
     return metrics
+
+
+def _convention(results: list[dict[str, Any]], method_a: str, method_b: str) -> str | None:
+    """The metric convention of the two methods' runs (each ``result.json`` records it); None if none
+    does. With ``--b-out`` the two experiments' conventions were checked to be the same."""
+    found = sorted({str(r["convention"]) for r in results
+                    if r["method"] in (method_a, method_b) and r.get("convention") is not None})
+    return ", ".join(found) or None
 
 
 def _finite(value: float) -> float | None:

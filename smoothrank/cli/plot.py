@@ -92,15 +92,14 @@ def _names(text: str | None, option: str) -> list[str] | None:
 
 def _published(args: Any) -> dict[str, dict[str, float]]:
     """The published LETOR 4.0 rows, checked to apply: an MQ2008 test split under letor4 (the
-    convention is read from the experiment's ``spec.yaml`` beside ``summary.csv``, when there)."""
-    from pathlib import Path
-
+    convention is summary.csv's ``convention`` column or, in a file written before that column, the
+    experiment's ``spec.yaml`` beside it; letor4 when neither is there)."""
     from smoothrank.experiments.report import published_baselines
-    from smoothrank.plots.figures import read_summary_rows
+    from smoothrank.plots.figures import read_summary_rows, summary_convention
 
     if args.split != "test":
         raise CLIError(f"--published: the published rows are test-set values; got --split {args.split}")
-    convention = _spec_convention(Path(args.source).parent / "spec.yaml")
+    convention = summary_convention(args.source) or "letor4"
     dataset = args.dataset
     if dataset is None:
         dataset = next((row.get("dataset") for row in read_summary_rows(args.source)), None) or ""
@@ -109,12 +108,3 @@ def _published(args: Any) -> dict[str, dict[str, float]]:
         raise CLIError(f"--published: the published LETOR 4.0 rows are for MQ2008 under the letor4 "
                        f"convention; {args.source} is dataset {dataset!r} under {convention!r}")
     return rows
-
-
-def _spec_convention(spec_path: Any) -> str:
-    """The ``convention`` of the experiment spec beside summary.csv (letor4 without one)."""
-    from smoothrank.training.config import read_config_file  # UTF-8 (BOM too), duplicate keys refused
-
-    if not spec_path.is_file():
-        return "letor4"
-    return str(read_config_file(spec_path).get("convention", "letor4"))

@@ -32,8 +32,10 @@ from smoothrank.experiments.stats import TTest, adjust_pvalues, check_correction
 __all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "method_runs",
            "published_baselines", "published_comparison", "stored_metrics", "summarize", "write_reports"]
 
+# New columns go last, so readers of older files (by column name or by position) keep working;
+# ``convention`` (the metric convention, e.g. letor4, the same on every row) is absent from older files.
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
-               "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted")
+               "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted", "convention")
 
 
 def _num(value: Any) -> float:
@@ -344,17 +346,16 @@ def _mean_weights(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {m: float(np.mean([w[m] for w in per_fold])) for m in per_fold[0]}
 
 
-def format_csv(rows: Sequence[dict[str, Any]]) -> str:
+def format_csv(rows: Sequence[dict[str, Any]], *, convention: str) -> str:
+    """``summary.csv``: the :data:`CSV_COLUMNS` of ``rows``, every row under metric ``convention``."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else
-                             (f"{v:.6g}" if isinstance(v, float) else v)) for k, v in row.items()
-                         if k in CSV_COLUMNS})
+        cells = {k: ("" if isinstance(v, float) and math.isnan(v) else
+                     (f"{v:.6g}" if isinstance(v, float) else v)) for k, v in row.items() if k in CSV_COLUMNS}
+        writer.writerow({**cells, "convention": convention})
     return buffer.getvalue()
-
-
 
 
 def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, metrics: Sequence[str],
@@ -372,7 +373,7 @@ def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, met
                                baseline=baseline, alpha=alpha, command=command, select_by=select_by,
                                refit=refit, correction=correction)
     write_text_atomic(out / "summary.md", markdown)
-    write_text_atomic(out / "summary.csv", format_csv(rows))
+    write_text_atomic(out / "summary.csv", format_csv(rows, convention=convention))
     write_json(out / "summary.json", {"title": title, "convention": convention, "baseline": baseline,
                                       "alpha": alpha, "correction": correction, "rows": rows})
     return rows

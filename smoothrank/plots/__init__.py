@@ -8,6 +8,8 @@
 * :func:`summary_bars`: test means ± std over folds from an experiment's ``summary.csv``.
 * :func:`summary_forest`: the same as a forest plot on a zoomed axis, with reference values (the
   published LETOR 4.0 rows) as vertical lines.
+* :func:`summary_convention`: the metric convention of a ``summary.csv``, which both summary figures
+  name in their titles.
 
 Every function computes its curves with the package's own code (no hand-drawn data), writes
 the PNG atomically and returns the arrays it plotted, so tests can check them.
@@ -20,6 +22,7 @@ from smoothrank.plots.figures import (
     softrank_example,
     softrank_figure,
     summary_bars,
+    summary_convention,
     summary_forest,
     training_curves,
 )
@@ -31,6 +34,7 @@ __all__ = [
     "softrank_example",
     "softrank_figure",
     "summary_bars",
+    "summary_convention",
     "summary_forest",
     "training_curves",
 ]

@@ -24,6 +24,8 @@ __all__ = [
     "softrank_example",
     "softrank_figure",
     "summary_bars",
+    "summary_convention",
+    "summary_forest",
     "training_curves",
 ]
 
@@ -305,10 +307,12 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
 
 def _summary_table(summary_csv: str | os.PathLike[str], *, dataset: str | None, split: str,
                    metrics: Sequence[str] | None, methods: Sequence[str] | None
-                   ) -> tuple[str, list[str], list[str], np.ndarray, np.ndarray]:
-    """``(dataset, metrics, methods, mean, std)`` of one dataset and split of a ``summary.csv``."""
+                   ) -> tuple[str, list[str], list[str], np.ndarray, np.ndarray, str | None]:
+    """``(dataset, metrics, methods, mean, std, convention)`` of one dataset and split of a
+    ``summary.csv`` (convention: :func:`summary_convention`)."""
     csv_path = Path(summary_csv)
     rows = read_summary_rows(csv_path)
+    convention = _rows_convention(csv_path, rows)  # before the rows are narrowed to one dataset and split
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     if not datasets:
         raise DataFormatError(f"{csv_path}: no rows")
@@ -334,7 +338,33 @@ def _summary_table(summary_csv: str | os.PathLike[str], *, dataset: str | None, 
 
     means = np.asarray([[value(m, k, "mean") for k in names] for m in chosen_methods])
     stds = np.asarray([[value(m, k, "std") for k in names] for m in chosen_methods])
-    return chosen, names, chosen_methods, means, stds
+    return chosen, names, chosen_methods, means, stds, convention
+
+
+def summary_convention(summary_csv: str | os.PathLike[str]) -> str | None:
+    """The metric convention (letor4, lightgbm, trec) of an experiment ``summary.csv``: its
+    ``convention`` column; for a file written before that column existed, the ``convention`` of the
+    experiment's ``spec.yaml`` beside it (letor4, the spec default, when the spec names none);
+    None when neither is there."""
+    csv_path = Path(summary_csv)
+    return _rows_convention(csv_path, read_summary_rows(csv_path))
+
+
+def _rows_convention(csv_path: Path, rows: Sequence[Mapping[str, Any]]) -> str | None:
+    found = sorted({row["convention"] for row in rows if row.get("convention")})
+    if found:
+        return ", ".join(found)  # one experiment, one convention: several only in a hand-merged file
+    spec = csv_path.parent / "spec.yaml"
+    if not spec.is_file():
+        return None
+    from smoothrank.training.config import read_config_file  # UTF-8 (BOM too), duplicate keys refused
+
+    return str(read_config_file(spec).get("convention", "letor4"))
+
+
+def _convention_line(convention: str | None) -> str:
+    """The figure subtitle that names the metric convention of the values drawn."""
+    return f"metric convention: {convention or 'not recorded'}"
 
 
 _SUMMARY_COLUMNS = {"dataset", "method", "split", "metric", "mean", "std"}
@@ -377,9 +407,10 @@ def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[st
                  dataset: str | None = None, split: str = "test",
                  metrics: Sequence[str] | None = None,
                  methods: Sequence[str] | None = None) -> dict[str, Any]:
-    """Grouped bars: mean ± std over folds of each method, one group per metric, from ``summary.csv``."""
-    chosen, names, methods, means, stds = _summary_table(summary_csv, dataset=dataset, split=split,
-                                                         metrics=metrics, methods=methods)
+    """Grouped bars: mean ± std over folds of each method, one group per metric, from ``summary.csv``;
+    the title names the metric convention (:func:`summary_convention`)."""
+    chosen, names, methods, means, stds, convention = _summary_table(
+        summary_csv, dataset=dataset, split=split, metrics=metrics, methods=methods)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.22 * len(names) * len(methods) + 2.0)), 4.2))
     width = 0.8 / len(methods)
@@ -398,12 +429,12 @@ def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[st
     ax.set_xticks(centres)
     ax.set_xticklabels(names)
     ax.set_ylabel(f"{split} mean ± std over folds")
-    ax.set_title(f"{chosen}: {split} set")
+    ax.set_title(f"{chosen}: {split} set\n{_convention_line(convention)}")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     _save(fig, path)
-    return {"methods": methods, "metrics": names, "mean": means, "std": stds}
+    return {"methods": methods, "metrics": names, "mean": means, "std": stds, "convention": convention}
 
 
 def summary_forest(summary_csv: str | os.PathLike[str], path: str | os.PathLike[str], *,
@@ -413,9 +444,10 @@ def summary_forest(summary_csv: str | os.PathLike[str], path: str | os.PathLike[
     """Forest plot: one panel per metric, each method's mean (dot) ± std over folds (bar), on an
     axis zoomed to the values, with ``references`` (e.g. the published LETOR 4.0 rows:
     ``{name: {metric: value}}``) as vertical lines. Bars from zero hide differences of 0.005
-    between methods; this plot shows them, and how they compare with the fold-to-fold spread."""
-    chosen, names, methods, means, stds = _summary_table(summary_csv, dataset=dataset, split=split,
-                                                         metrics=metrics, methods=methods)
+    between methods; this plot shows them, and how they compare with the fold-to-fold spread.
+    The title names the metric convention (:func:`summary_convention`)."""
+    chosen, names, methods, means, stds, convention = _summary_table(
+        summary_csv, dataset=dataset, split=split, metrics=metrics, methods=methods)
     refs = {name: dict(values) for name, values in (references or {}).items()}
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(names), sharey=True, squeeze=False,
@@ -436,9 +468,10 @@ def summary_forest(summary_csv: str | os.PathLike[str], path: str | os.PathLike[
         ax.grid(axis="x", alpha=0.3)
     axes[0][0].set_yticks(ys)
     axes[0][0].set_yticklabels(methods, fontsize=8)
-    fig.suptitle(f"{chosen}: {split} set, mean ± std over folds")
+    fig.suptitle(f"{chosen}: {split} set, mean ± std over folds\n{_convention_line(convention)}")
     if refs:
         fig.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9), frameon=False)
     fig.tight_layout()
     _save(fig, path)
-    return {"methods": methods, "metrics": names, "mean": means, "std": stds, "references": refs}
+    return {"methods": methods, "metrics": names, "mean": means, "std": stds, "references": refs,
+            "convention": convention}
