@@ -565,7 +565,7 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
 
 def test_compare_states_the_metric_convention(tmp_path, capsys):
     # The table's header line and the JSON name the convention the runs were scored under (each
-    # result.json records it); the JSON's metric entries are unchanged.
+    # result.json records it); every top-level JSON key is still a metric.
     def put(out: Path, method: str, fold: int, values: list[float], convention: str | None) -> None:
         result = _fake(method, fold, values, 0.5)
         if convention is not None:
@@ -581,14 +581,14 @@ def test_compare_states_the_metric_convention(tmp_path, capsys):
     assert header == "a - b, paired t-test over test queries (two-sided), convention lightgbm"
     assert cli_main(["compare", str(tmp_path), "a", "b", "--format", "json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert list(printed) == ["convention", "ndcg@1"] and printed["convention"] == "lightgbm"
-    assert set(printed["ndcg@1"]) == {"mean_difference", "t", "p_value", "n_queries"}
+    assert list(printed) == ["ndcg@1"] and printed["ndcg@1"]["convention"] == "lightgbm"
+    assert set(printed["ndcg@1"]) == {"mean_difference", "t", "p_value", "n_queries", "convention"}
     # --b-out: the same convention on both sides (a different one is refused).
     other = tmp_path / "other"
     for fold in (1, 2):
         put(other, "b", fold, [0.5] * 10, "lightgbm")
     assert cli_main(["compare", str(tmp_path), "a", "b", "--b-out", str(other), "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["convention"] == "lightgbm"
+    assert json.loads(capsys.readouterr().out)["ndcg@1"]["convention"] == "lightgbm"
     put(other, "b", 1, [0.5] * 10, "trec")
     assert cli_main(["compare", str(tmp_path), "a", "b", "--b-out", str(other)]) == 2
     assert "convention" in capsys.readouterr().err
@@ -599,7 +599,7 @@ def test_compare_states_the_metric_convention(tmp_path, capsys):
     assert cli_main(["compare", str(bare), "a", "b"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(", convention not recorded")
     assert cli_main(["compare", str(bare), "a", "b", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["convention"] is None
+    assert json.loads(capsys.readouterr().out)["ndcg@1"]["convention"] is None
 
 
 def test_shallow_training_discount(letor_files, tmp_path):

@@ -2,8 +2,8 @@
 
 Reads ``OUT/runs/*/result.json`` (and seed ensembles and blends) and prints, per metric, the mean
 difference over the two methods' common test queries, t and the two-sided p-value, and the metric
-convention (letor4, lightgbm, trec) the runs were scored under (header line; JSON key
-``convention``). With
+convention (letor4, lightgbm, trec) the runs were scored under (header line; a ``convention``
+key in each metric's JSON object). With
 ``--b-out OUT_B`` the second method comes from another experiment on the same data (e.g. a linear
 scorer of one grid against an MLP of another): queries are paired on (fold, query id), and the two
 experiments must share the dataset names and the metric convention.
@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
     convention = _convention(results, args.method_a, method_b)
     if args.format == "json":
         # Strict JSON has no NaN or infinity: an undefined value (fewer than 2 pairs) is null.
-        # "convention": the metric convention of the values (null: not recorded in result.json).
-        print(json.dumps({"convention": convention,
-                          **{m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
-                                 "p_value": _finite(t.pvalue), "n_queries": t.n} for m, t in tests.items()}},
-                         indent=2, allow_nan=False))
+        # "convention": the metric convention of the values (null: not recorded in result.json),
+        # inside each metric's object, so that every top-level key stays a metric.
+        print(json.dumps({m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
+                              "p_value": _finite(t.pvalue), "n_queries": t.n, "convention": convention}
+                          for m, t in tests.items()}, indent=2, allow_nan=False))
         return 0
     print(f"{args.method_a} - {method_b}, paired t-test over test queries (two-sided), "
           f"convention {convention or 'not recorded'}")
