@@ -245,14 +245,14 @@ def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
     device = generator.device if generator is not None else scores.device
     u = torch.rand(shape, generator=generator, dtype=scores.dtype, device=device).to(scores.device)
     if mask is not None:
-        slots = _real_first_slots(check_mask(mask, scores))
+        slots = real_first_slots(check_mask(mask, scores))
         u = u.gather(-1, slots.expand(shape))
     finfo = torch.finfo(scores.dtype)
     gumbel = -torch.log(-torch.log(u.clamp(finfo.tiny, 1.0 - finfo.eps)))
     return float(beta) * scores.unsqueeze(0) + gumbel
 
 
-def _real_first_slots(mask: Tensor) -> Tensor:
+def real_first_slots(mask: Tensor) -> Tensor:
     """Slot of every position once each row's real items are moved, in order, before its padded ones.
 
     Returns an int64 tensor of the mask's shape: real item number k of a row (k = its index among the

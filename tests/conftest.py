@@ -36,6 +36,16 @@ def write_slice(source: Path, target: Path, first: int, count: int) -> Path:
     return target
 
 
+def write_fold1_slices(shared_dir: Path, folder: Path, *, train: tuple[int, int], valid: int,
+                       test: int) -> dict[str, Path]:
+    """MQ2008 Fold1 slices as plain files in ``folder``: training queries ``train = (first, count)``,
+    the first ``valid`` validation and ``test`` test queries."""
+    fold = shared_dir / "data" / "MQ2008" / "Fold1"
+    return {"train": write_slice(fold / "train.txt.gz", folder / "train.txt", *train),
+            "valid": write_slice(fold / "vali.txt.gz", folder / "vali.txt", 0, valid),
+            "test": write_slice(fold / "test.txt.gz", folder / "test.txt", 0, test)}
+
+
 def write_synthetic_letor(path: Path, rng: np.random.Generator, n_queries: int, docs: int, qid0: int, *,
                           n_features: int = 5, noise: float = 0.3) -> None:
     """A learnable LETOR file: relevance 0/1/2 driven by feature 1 plus noise (ties in the labels)."""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import write_slice
+from conftest import write_fold1_slices
 
 from smoothrank.cli import main
 
@@ -24,10 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def letor(tmp_path_factory, shared_dir) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("cli-letor")
-    fold = shared_dir / "data" / "MQ2008" / "Fold1"
-    return {"train": write_slice(fold / "train.txt.gz", folder / "train.txt", 10, 30),
-            "valid": write_slice(fold / "vali.txt.gz", folder / "vali.txt", 0, 15),
-            "test": write_slice(fold / "test.txt.gz", folder / "test.txt", 0, 15)}
+    return write_fold1_slices(shared_dir, folder, train=(10, 30), valid=15, test=15)
 
 
 def write_config(path: Path, letor: dict[str, Path], run_dir: Path, **extra) -> Path:

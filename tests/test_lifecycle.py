@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_slice
+from conftest import write_fold1_slices
 from torch import nn
 
 from smoothrank.data import load_letor
@@ -34,10 +34,7 @@ from smoothrank.training.trainer import (
 @pytest.fixture(scope="module")
 def letor(tmp_path_factory, shared_dir) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("lifecycle")
-    fold = shared_dir / "data" / "MQ2008" / "Fold1"
-    files = {"train": write_slice(fold / "train.txt.gz", folder / "train.txt", 0, 30),
-             "valid": write_slice(fold / "vali.txt.gz", folder / "vali.txt", 0, 15),
-             "test": write_slice(fold / "test.txt.gz", folder / "test.txt", 0, 15)}
+    files = write_fold1_slices(shared_dir, folder, train=(0, 30), valid=15, test=15)
     for split in ("train", "valid"):  # the same queries with every label 0
         zero = re.sub(r"(?m)^\d+", "0", files[split].read_text())
         files[f"{split}_zero"] = folder / f"{split}_zero.txt"

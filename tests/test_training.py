@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import write_slice
+from conftest import write_fold1_slices
 
 from smoothrank.errors import ConfigError
 from smoothrank.training.artifact import load_model
@@ -30,10 +30,7 @@ from smoothrank.training.trainer import (
 @pytest.fixture(scope="module")
 def small_letor(tmp_path_factory, shared_dir) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("letor")
-    fold = shared_dir / "data" / "MQ2008" / "Fold1"
-    return {"train": write_slice(fold / "train.txt.gz", folder / "train.txt", 0, 40),
-            "valid": write_slice(fold / "vali.txt.gz", folder / "vali.txt", 0, 20),
-            "test": write_slice(fold / "test.txt.gz", folder / "test.txt", 0, 20)}
+    return write_fold1_slices(shared_dir, folder, train=(0, 40), valid=20, test=20)
 
 
 def make_config(small_letor, run_dir, **sections):

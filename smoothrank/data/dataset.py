@@ -9,6 +9,10 @@ import numpy as np
 
 from smoothrank.errors import SmoothrankError
 
+#: The largest integer up to which float32 holds every integer exactly: integer labels above it
+#: would change in the cast to float32 (16777217 -> 16777216), so the reader and from_arrays refuse them.
+F32_EXACT_INT = 2**24
+
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
@@ -84,9 +88,9 @@ class Dataset:
         else:
             docs = np.asarray([str(d) for d in np.asarray(doc_ids).tolist()], dtype=np.str_)
         features32, labels32 = _finite_float32(features, "features"), _finite_float32(labels, "labels")
-        if labels.dtype.kind in "iu" and np.any(np.abs(labels) > 2**24):
+        if labels.dtype.kind in "iu" and np.any(np.abs(labels) > F32_EXACT_INT):
             # Integer labels must survive the cast: 16777217 would silently become 16777216.
-            i = int(np.argmax(np.abs(labels) > 2**24))
+            i = int(np.argmax(np.abs(labels) > F32_EXACT_INT))
             raise SmoothrankError(f"from_arrays: labels[{i}] is {int(labels[i])}, beyond 2^24 = 16777216, "
                                   "the largest integer label float32 holds exactly")
         return cls(features32, labels32, qids, docs, offsets, lines, source)

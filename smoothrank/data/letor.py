@@ -35,7 +35,7 @@ import numpy as np
 
 from smoothrank.data import cache as _cache
 from smoothrank.data._io import BOM, gzip_errors, open_binary, without_bom
-from smoothrank.data.dataset import Dataset
+from smoothrank.data.dataset import F32_EXACT_INT, Dataset
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 _DOCID = re.compile(rb"docid\s*=\s*(\S+)")
@@ -43,7 +43,6 @@ _NULL = re.compile(rb":NULL(?= |$)")
 _NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf|infinity)",
                      re.IGNORECASE)
 _F32_MAX = float(np.finfo(np.float32).max)
-_F32_EXACT_INT = 2**24  # integers above it are not all representable in float32
 _MAX_INDEX = 2**31 - 2
 _MAX_GROUP = 2**40  # far beyond any file; keeps the sum of group sizes inside int64
 #: Files at least this large (raw bytes) are cached when ``cache=None``.
@@ -334,7 +333,7 @@ def _labels_ok(values: np.ndarray, options: ReaderOptions) -> bool:
     if not np.all(np.abs(values) <= _F32_MAX):  # also catches NaN and inf
         return False
     if not options.allow_real_labels and (np.any(values != np.round(values))
-                                          or np.any(np.abs(values) > _F32_EXACT_INT)):
+                                          or np.any(np.abs(values) > F32_EXACT_INT)):
         return False
     return options.allow_negative_labels or not np.any(values < 0)
 
@@ -493,11 +492,11 @@ def _parse_labels(tokens: list[bytes], lines: list[int], source: str, options: R
     if np.any(np.abs(values) > _F32_MAX):
         i = int(np.argmax(np.abs(values) > _F32_MAX))
         raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} overflows float32")
-    if not options.allow_real_labels and np.any(np.abs(values) > _F32_EXACT_INT):
+    if not options.allow_real_labels and np.any(np.abs(values) > F32_EXACT_INT):
         # float32 holds every integer up to 2^24 only: 16777217 would silently become 16777216.
-        i = int(np.argmax(np.abs(values) > _F32_EXACT_INT))
+        i = int(np.argmax(np.abs(values) > F32_EXACT_INT))
         raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} is beyond 2^24 = "
-                              f"{_F32_EXACT_INT}, the largest integer label float32 holds exactly")
+                              f"{F32_EXACT_INT}, the largest integer label float32 holds exactly")
     return values.astype(np.float32)
 
 

@@ -159,31 +159,20 @@ def _with_refit(selected: dict[str, np.ndarray], refitted: dict[str, np.ndarray]
     return {**scored, "selection": selection, "refit": {**refit, "without_refit": before["metrics"]}}, scores
 
 
-def resolve_loss_options(options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Config-only option forms turned into objects (:func:`smoothrank.losses.resolve_config_forms`,
-    e.g. ``discount: {shallow: ALPHA, n: N}``); returns ``(options, changed)``."""
-    from smoothrank.losses import resolve_config_forms
-
-    return resolve_config_forms(options)
-
-
 def _run_neural(cell: Cell, run_dir: Path, *,
                 quiet: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    from smoothrank import losses
     from smoothrank.datasets import load_splits
     from smoothrank.training import load_model, train
     from smoothrank.training.config import config_from_dict
 
-    # probe_loss=False: the options may hold spec-only forms; the spec check probed them resolved.
+    # probe_loss=False: the spec check probed the loss options already, once for the whole grid.
     config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
-    options, changed = resolve_loss_options(dict(config.loss.options))
-    loss_fn = losses.get(config.loss.name, **options) if changed else None
     splits = load_splits(cell.settings["config"]["data"])
     train_dir = run_dir / "train"
     resume = (train_dir / "checkpoint.pt").is_file()
     # The test split is withheld from the trainer: it is scored once below, after selection.
     fit_splits = {k: v for k, v in splits.items() if k != "test"}
-    result = train(config, run_dir=train_dir, resume=resume, quiet=quiet, splits=fit_splits, loss_fn=loss_fn)
+    result = train(config, run_dir=train_dir, resume=resume, quiet=quiet, splits=fit_splits)
     model = load_model(train_dir / "model.pt")  # the selected model with its fitted transforms
     scores = {name: model.score(ds) for name, ds in splits.items()}
     selection = {"best_epoch": result.best_epoch, "epochs_run": len(result.history), "resumed": resume}
@@ -195,7 +184,7 @@ def _run_neural(cell: Cell, run_dir: Path, *,
         refit_config = config_from_dict(refit_dict, source=f"refit of run {cell.run_id}", probe_loss=False)
         refit_dir = run_dir / "refit"
         train(refit_config, run_dir=refit_dir, resume=(refit_dir / "checkpoint.pt").is_file(), quiet=quiet,
-              splits={"train": merged}, loss_fn=loss_fn)
+              splits={"train": merged})
         refitted = load_model(refit_dir / "model.pt")  # no validation split: the last epoch
         refit = {"epochs": result.best_epoch, "train_queries": merged.n_queries}
         return _with_refit(scores, {n: refitted.score(splits[n]) for n in ("train", "test")}, splits,

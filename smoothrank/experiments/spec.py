@@ -418,7 +418,6 @@ def _seed_problems(spec: ExperimentSpec) -> list[str]:
 def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     from smoothrank import losses as loss_registry
     from smoothrank.experiments.gbdt import check_gbdt
-    from smoothrank.experiments.runner import resolve_loss_options
     from smoothrank.training.config import check_loss_options, check_metric, config_from_dict
 
     problems: list[str] = []
@@ -481,8 +480,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             problems.append(f"losses.{i}.options: unknown option(s) {unknown} for {loss.name!r}")
             continue
         try:
-            options, _ = resolve_loss_options(dict(loss.options))
-            check_loss_options(loss.name, options)  # the values too, not hours into the grid
+            check_loss_options(loss.name, loss.options)  # the values too, not hours into the grid
         except (SmoothrankError, TypeError, ValueError) as err:
             problems.append(f"losses.{i}.options: {err}")
     for i, gb in enumerate(spec.gbdt):
@@ -527,7 +525,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         fold = ds.mq2008_folds[0] if ds.mq2008_folds else None
         for loss, model in spec.neural_pairs():
             try:
-                # The loss options were probed above, resolved (the config holds spec-only forms).
+                # The loss options were probed above, once per loss.
                 config_from_dict(neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0]),
                                  source=f"neural settings of {loss.tag}-{model.label}", probe_loss=False)
             except ConfigError as err:

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from smoothrank._checks import check_generator, within_dtype
 from smoothrank.losses import _common as C
-from smoothrank.sorting import _real_first_slots
+from smoothrank.sorting import real_first_slots
 
 
 def _masked_log_softmax(x: Tensor, mask: Tensor) -> Tensor:
@@ -61,7 +61,7 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     # label; padded items go last. The shuffle of the real items does not depend on where the
     # padding sits, and with the padding at the end slots are positions.
     shuffle = torch.argsort(torch.rand(b, n, generator=gen, device=gen.device if gen else "cpu"), dim=-1)
-    slots = _real_first_slots(mask)
+    slots = real_first_slots(mask)
     position = torch.empty_like(slots).scatter_(-1, slots, torch.arange(n, device=slots.device).expand(b, n))
     shuffle = torch.gather(position, -1, shuffle.to(scores.device))
     key = torch.gather(labels.masked_fill(~mask, float("-inf")), -1, shuffle)
