@@ -20,6 +20,18 @@ def shared_dir() -> Path:
     return SHARED
 
 
+def sigint_as_from_a_terminal() -> None:
+    """``preexec_fn`` for a child that the test interrupts with SIGINT.
+
+    A shell starts background jobs (``bash scripts/test &``, ``nohup``) with SIGINT ignored, and an
+    ignored signal stays ignored across exec, where Python then installs no KeyboardInterrupt
+    handler: without this, the child would not see the test's Ctrl-C at all.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def write_slice(source: Path, target: Path, first: int, count: int) -> Path:
     """Queries ``first .. first+count-1`` (in file order) of a gzip LETOR file, as plain text."""
     kept, seen, last = [], -1, None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_synthetic_folds
+from conftest import sigint_as_from_a_terminal, write_synthetic_folds
 
 from smoothrank.cli import main
 from smoothrank.errors import SmoothrankWarning
@@ -104,7 +104,7 @@ def test_a_signal_during_training_then_resume(tmp_path, signame, status, what):
     config = _config(tmp_path / "c.yaml", folds, run_dir, epochs=6)
     command = [sys.executable, "-m", "smoothrank", "train", str(config), "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, env=env, preexec_fn=sigint_as_from_a_terminal)
     deadline = time.monotonic() + 120
     while not (run_dir / "checkpoint.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

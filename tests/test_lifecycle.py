@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_fold1_slices
+from conftest import sigint_as_from_a_terminal, write_fold1_slices
 from torch import nn
 
 from smoothrank.data import load_letor
@@ -254,7 +254,8 @@ def _parallel_grid(letor, tmp_path, *, runs: int, started: int):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "smoothrank", "experiment", str(spec), "--out", str(out),
                "--workers", "2"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_as_from_a_terminal)
     deadline = time.monotonic() + 180
     while len(list(out.glob("runs/*/train/checkpoint.pt"))) < started and proc.poll() is None \
             and time.monotonic() < deadline:
