@@ -6,6 +6,11 @@ Objectives:
   ``rank_xendcg`` (Bruch, "An alternative cross entropy loss for learning-to-rank", 2021);
 * XGBoost ``rank:pairwise`` (RankNet-style pairs) and ``rank:ndcg`` (LambdaMART).
 
+The objective may also be any registered smoothrank loss (``objective="neural_ndcg"``, with its
+``loss_options``): the booster then fits the loss's gradient and Hessian
+(:mod:`smoothrank.boosting`, ``hessian="constant"`` or ``"diagonal"``), so that trees optimise
+NeuralNDCG, SoftNDCG or any other surrogate directly.
+
 Both libraries are optional dependencies, imported only when a baseline runs. Queries are passed
 as group sizes (LightGBM, PITFALLS 19) or per-row query indices on rows kept contiguous
 (XGBoost, PITFALLS 20): a :class:`Dataset` keeps each query's rows in one block, so no
@@ -34,7 +39,7 @@ import numpy as np
 
 from smoothrank.errors import ConfigError, SmoothrankError
 
-__all__ = ["GBDT_OBJECTIVES", "GBDTResult", "check_gbdt", "fit_gbdt"]
+__all__ = ["GBDT_OBJECTIVES", "GBDTResult", "check_gbdt", "fit_gbdt", "is_loss_objective"]
 
 #: library -> objectives supported here.
 GBDT_OBJECTIVES: dict[str, tuple[str, ...]] = {
@@ -78,15 +83,26 @@ class GBDTResult:
         return scores
 
 
+def is_loss_objective(library: str, objective: str) -> bool:
+    """Whether ``objective`` names a smoothrank loss (a custom objective) rather than one of the
+    library's own objectives."""
+    return objective not in GBDT_OBJECTIVES.get(library, ())
+
+
 def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = None, *,
-               where: str = "gbdt", probe: bool = True) -> None:
+               where: str = "gbdt", probe: bool = True, loss_options: Mapping[str, Any] | None = None,
+               hessian: str = "constant") -> None:
     """Raise :class:`ConfigError` (naming ``where``) for an unknown library/objective, reserved params,
-    or, with ``probe``, params the library refuses (see :func:`_params_complaint`)."""
+    or, with ``probe``, params the library refuses (see :func:`_params_complaint`) and loss options
+    the loss refuses (computed once on a tiny batch)."""
     if library not in GBDT_OBJECTIVES:
         raise ConfigError(f"{where}.library: expected one of {sorted(GBDT_OBJECTIVES)}, got {library!r}")
-    if objective not in GBDT_OBJECTIVES[library]:
-        raise ConfigError(f"{where}.objective: {library} objectives are {GBDT_OBJECTIVES[library]}, "
-                          f"got {objective!r}")
+    if is_loss_objective(library, objective):
+        _check_loss_objective(objective, dict(loss_options or {}), hessian, where=where, probe=probe)
+    elif loss_options or hessian != "constant":
+        key = "options" if loss_options else "hessian"
+        raise ConfigError(f"{where}.{key}: only for a smoothrank loss as the objective, not {library}'s "
+                          f"own {objective!r}")
     clash = sorted(set(params or {}) & _RESERVED)
     if clash:
         raise ConfigError(f"{where}.params: {clash} are set by the harness (use num_boost_round, "
@@ -94,6 +110,30 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
     complaint = _params_complaint(library, objective, dict(params or {})) if probe else None
     if complaint is not None:
         raise ConfigError(f"{where}.params: {library} refuses them: {complaint}")
+
+
+def _check_loss_objective(objective: str, loss_options: dict[str, Any], hessian: str, *, where: str,
+                          probe: bool) -> None:
+    from smoothrank import losses
+    from smoothrank.boosting import HESSIANS, boosting_gradients
+
+    if objective not in losses.available():
+        raise ConfigError(f"{where}.objective: expected one of the library's objectives {GBDT_OBJECTIVES} or "
+                          f"a smoothrank loss {losses.available()}, got {objective!r}")
+    if hessian not in HESSIANS:
+        raise ConfigError(f"{where}.hessian: expected one of {HESSIANS}, got {hessian!r}")
+    if not probe:
+        return
+    from smoothrank.training.config import check_loss_options
+
+    try:
+        check_loss_options(objective, loss_options)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.options: {err}") from None
+    try:  # a tiny problem: a loss autograd cannot differentiate twice fails here, not in training
+        boosting_gradients(objective, [0.5, 0.0, -0.5], [1.0, 0.0, 2.0], [3], hessian=hessian, **loss_options)
+    except SmoothrankError as err:
+        raise ConfigError(f"{where}.hessian: {err}") from None
 
 
 def _library_errors(module: Any, library: str) -> tuple[type[Exception], ...]:
@@ -122,6 +162,8 @@ def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> s
         module = _import(library)
     except SmoothrankError:
         return None
+    if is_loss_objective(library, objective):
+        objective = _CUSTOM[library]  # the parameters' check does not depend on the loss
     features = np.zeros((4, 1), dtype=np.float32)
     labels, sizes = np.array([1.0, 0.0, 1.0, 0.0]), np.array([2, 2])
     # Both libraries print what they raise (or warn of unused keys, which the run warns of again).
@@ -159,7 +201,13 @@ def _silenced() -> Iterator[None]:
             os.close(saved)
 
 
-def _lightgbm_params(objective: str, params: Mapping[str, Any], *, eval_at: int = 10, seed: int = 0,
+# The libraries' objective parameter under a custom (smoothrank loss) objective: LightGBM takes the
+# callable itself (``"custom"`` when it only checks parameters); XGBoost takes the callable as
+# ``obj=`` and needs an identity-link objective here, with ``base_score`` 0 (every list starts tied).
+_CUSTOM = {"lightgbm": "custom", "xgboost": "reg:squarederror"}
+
+
+def _lightgbm_params(objective: Any, params: Mapping[str, Any], *, eval_at: int = 10, seed: int = 0,
                      num_threads: int = 1) -> dict[str, Any]:
     return {"objective": objective, "metric": "ndcg", "eval_at": [eval_at], "seed": seed,
             "deterministic": True, "num_threads": num_threads, "verbosity": -1, **params}
@@ -167,8 +215,9 @@ def _lightgbm_params(objective: str, params: Mapping[str, Any], *, eval_at: int 
 
 def _xgboost_params(objective: str, params: Mapping[str, Any], *, eval_at: int = 10, seed: int = 0,
                     num_threads: int = 1) -> dict[str, Any]:
+    custom = {"base_score": 0.0} if objective == _CUSTOM["xgboost"] else {}
     return {"objective": objective, "eval_metric": f"ndcg@{eval_at}", "seed": seed,
-            "nthread": num_threads, "tree_method": "hist", **params}
+            "nthread": num_threads, "tree_method": "hist", **custom, **params}
 
 
 def _import(library: str) -> Any:
@@ -230,35 +279,48 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
              params: Mapping[str, Any] | None = None, num_boost_round: int = 500,
              early_stopping_rounds: int | None = 50, eval_at: int = 10, seed: int = 0,
              num_threads: int = 1, select: Callable[[np.ndarray], float] | None = None,
-             select_name: str = "select") -> GBDTResult:
+             select_name: str = "select", loss_options: Mapping[str, Any] | None = None,
+             hessian: str = "constant") -> GBDTResult:
     """Fit one GBDT ranker on ``train``, early-stopped on ``valid``'s NDCG@``eval_at``.
 
     Parameters
     ----------
     train, valid : Dataset
         ``valid=None`` trains all ``num_boost_round`` rounds (no selection).
-    library, objective : see :data:`GBDT_OBJECTIVES`
+    library, objective : see :data:`GBDT_OBJECTIVES`; or ``objective`` a registered smoothrank loss
+        (a custom objective, :mod:`smoothrank.boosting`) with ``loss_options`` and ``hessian``
     params : extra booster parameters (e.g. ``learning_rate``, ``num_leaves``, ``max_depth``)
     num_boost_round, early_stopping_rounds, eval_at, seed, num_threads : int
     select : callable, optional
         ``select(valid_scores) -> float`` (higher is better; ``valid_scores`` in ``valid`` row
         order) replaces the library's NDCG@``eval_at`` for early stopping; logged as ``select_name``.
     """
-    check_gbdt(library, objective, params, probe=False)  # the library's refusal is caught below
+    # the library's refusal is caught below; a loss's refusal is a SmoothrankError naming it
+    check_gbdt(library, objective, params, probe=False, loss_options=loss_options, hessian=hessian)
     if num_boost_round < 1:
         raise ConfigError(f"num_boost_round: expected >= 1, got {num_boost_round}")
     if early_stopping_rounds is not None and early_stopping_rounds < 1:
         raise ConfigError(f"early_stopping_rounds: expected >= 1 or null, got {early_stopping_rounds}")
-    for split, dataset in (("train", train), ("valid", valid)):
-        if dataset is not None:
-            _check_labels(dataset, split, library=library, objective=objective, params=params or {})
+    # The gain table bounds the labels of the library's own objectives and NDCG metric; a smoothrank
+    # loss objective selected by ``select`` uses neither.
+    if not (is_loss_objective(library, objective) and (select is not None or valid is None)):
+        for split, dataset in (("train", train), ("valid", valid)):
+            if dataset is not None:
+                _check_labels(dataset, split, library=library, objective=objective, params=params or {})
     module = _import(library)
     fit = _fit_lightgbm if library == "lightgbm" else _fit_xgboost
+    custom = None
+    if is_loss_objective(library, objective):
+        from smoothrank import boosting
+
+        make = boosting.lightgbm_objective if library == "lightgbm" else boosting.xgboost_objective
+        custom = make(objective, hessian=hessian, **dict(loss_options or {}))
     try:
-        return fit(module, train, valid, objective=objective, params=dict(params or {}),
-                   num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
-                   eval_at=eval_at, seed=seed, num_threads=num_threads, select=select,
-                   select_name=select_name)
+        with _torch_threads(num_threads if custom is not None else None):
+            return fit(module, train, valid, objective=objective, params=dict(params or {}),
+                       num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
+                       eval_at=eval_at, seed=seed, num_threads=num_threads, select=select,
+                       select_name=select_name, custom=custom)
     except SmoothrankError:
         raise
     except _library_errors(module, library) as err:
@@ -267,11 +329,28 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
         raise SmoothrankError(f"{library} {objective}: {_library_message(err)}") from None
 
 
+@contextlib.contextmanager
+def _torch_threads(num_threads: int | None) -> Iterator[None]:
+    """PyTorch's intra-op threads while a smoothrank loss computes the booster's gradients."""
+    if num_threads is None:
+        yield
+        return
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _fit_lightgbm(lgb: Any, train: Any, valid: Any | None, *, objective: str, params: dict[str, Any],
                   num_boost_round: int, early_stopping_rounds: int | None, eval_at: int, seed: int,
                   num_threads: int, select: Callable[[np.ndarray], float] | None,
-                  select_name: str) -> GBDTResult:
-    full = _lightgbm_params(objective, params, eval_at=eval_at, seed=seed, num_threads=num_threads)
+                  select_name: str, custom: Callable[..., Any] | None) -> GBDTResult:
+    full = _lightgbm_params(custom if custom is not None else objective, params, eval_at=eval_at, seed=seed,
+                            num_threads=num_threads)
     feval = None
     key = f"ndcg@{eval_at}"
     if select is not None:
@@ -306,15 +385,16 @@ def _fit_lightgbm(lgb: Any, train: Any, valid: Any | None, *, objective: str, pa
 def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, params: dict[str, Any],
                  num_boost_round: int, early_stopping_rounds: int | None, eval_at: int, seed: int,
                  num_threads: int, select: Callable[[np.ndarray], float] | None,
-                 select_name: str) -> GBDTResult:
-    full = _xgboost_params(objective, params, eval_at=eval_at, seed=seed, num_threads=num_threads)
-    custom = None
+                 select_name: str, custom: Callable[..., Any] | None) -> GBDTResult:
+    full = _xgboost_params(_CUSTOM["xgboost"] if custom is not None else objective, params, eval_at=eval_at,
+                           seed=seed, num_threads=num_threads)
+    metric = None
     key = f"ndcg@{eval_at}"
     if select is not None:
         del full["eval_metric"]
         full["disable_default_eval_metric"] = 1
 
-        def custom(preds: np.ndarray, _data: Any) -> tuple[str, float]:
+        def metric(preds: np.ndarray, _data: Any) -> tuple[str, float]:
             return select_name, float(select(np.asarray(preds, dtype=np.float64)))
 
         key = select_name
@@ -323,9 +403,9 @@ def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, par
     evals, evals_result = [], {}
     if valid is not None:
         evals.append((xgb.DMatrix(valid.features, label=valid.labels, qid=valid.query_of_row()), "valid"))
-    booster = xgb.train(full, dtrain, num_boost_round=num_boost_round, evals=evals,
-                        evals_result=evals_result, verbose_eval=False, custom_metric=custom,
-                        maximize=True if custom is not None else None,
+    booster = xgb.train(full, dtrain, num_boost_round=num_boost_round, evals=evals, obj=custom,
+                        evals_result=evals_result, verbose_eval=False, custom_metric=metric,
+                        maximize=True if metric is not None else None,
                         early_stopping_rounds=early_stopping_rounds if evals else None)
     curve = evals_result.get("valid", {}).get(key, [])
     history = [{"iteration": i + 1, f"valid_{key}": float(v)} for i, v in enumerate(curve)]

@@ -123,7 +123,8 @@ def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       params=g["params"], num_boost_round=g["num_boost_round"],
                       early_stopping_rounds=g["early_stopping_rounds"], eval_at=g["eval_at"], seed=cell.seed,
                       num_threads=s["num_threads"], select=select,
-                      select_name=f"{s['convention']}_{s['select_by']}")
+                      select_name=f"{s['convention']}_{s['select_by']}", loss_options=g.get("options"),
+                      hessian=g.get("hessian", "constant"))
     scores = {name: fitted.predict(ds) for name, ds in splits.items()}
     selection = {"best_iteration": fitted.best_iteration, "rounds_run": fitted.rounds_run,
                  "history": fitted.history}
@@ -131,7 +132,8 @@ def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         merged = _refit_training_set(splits)
         refitted = fit_gbdt(merged, None, library=g["library"], objective=g["objective"], params=g["params"],
                             num_boost_round=fitted.best_iteration, early_stopping_rounds=None,
-                            eval_at=g["eval_at"], seed=cell.seed, num_threads=s["num_threads"])
+                            eval_at=g["eval_at"], seed=cell.seed, num_threads=s["num_threads"],
+                            loss_options=g.get("options"), hessian=g.get("hessian", "constant"))
         refit = {"rounds": fitted.best_iteration, "train_queries": merged.n_queries}
         return _with_refit(scores, {n: refitted.predict(splits[n]) for n in ("train", "test")}, splits,
                            selection, refit, metrics=s["metrics"], convention=s["convention"])

@@ -146,8 +146,12 @@ class ModelSpec(_Strict):
 
 class GBDTSpec(_Strict):
     library: Literal["lightgbm", "xgboost"]
+    # The library's own objective, or a smoothrank loss name (a custom objective: smoothrank.boosting)
+    # with its ``options`` and the ``hessian`` the booster is given.
     objective: str
     label: Annotated[str, Field(pattern=_LABEL)] | None = None
+    options: dict[str, Any] = {}
+    hessian: str = "constant"
     params: dict[str, Any] = {}
     num_boost_round: Annotated[_Int, Field(ge=1)] = 500
     early_stopping_rounds: Annotated[_Int, Field(ge=1)] | None = 50
@@ -351,14 +355,22 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
                                       kind="neural", seed=seed, settings=settings))
             for gb in spec.gbdt:
                 for seed in spec.seeds:
-                    settings = {"data": _data_section(ds, fold, base),
-                                "gbdt": gb.model_dump(mode="json", exclude={"label"}),
+                    settings = {"data": _data_section(ds, fold, base), "gbdt": _gbdt_settings(gb),
                                 "num_threads": spec.num_threads, "convention": spec.convention,
                                 "metrics": list(spec.metrics), "select_by": spec.select_by,
                                 **_refit_setting(spec)}
                     cells.append(Cell(dataset=ds.name, fold=fold, method=gb.tag, kind="gbdt", seed=seed,
                                       settings=settings))
     return cells
+
+
+def _gbdt_settings(gb: GBDTSpec) -> dict[str, Any]:
+    """A GBDT cell's settings; a library objective's leave out the loss keys, so that its cells (and
+    fingerprints) are those of the specs written before a loss could be the objective."""
+    from smoothrank.experiments.gbdt import is_loss_objective
+
+    loss_keys = set() if is_loss_objective(gb.library, gb.objective) else {"options", "hessian"}
+    return gb.model_dump(mode="json", exclude={"label", *loss_keys})
 
 
 # ------------------------------------------------------------------------------ validation
@@ -485,7 +497,8 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             problems.append(f"losses.{i}.options: {err}")
     for i, gb in enumerate(spec.gbdt):
         try:
-            check_gbdt(gb.library, gb.objective, gb.params, where=f"gbdt.{i}")
+            check_gbdt(gb.library, gb.objective, gb.params, where=f"gbdt.{i}", loss_options=gb.options,
+                       hessian=gb.hessian)
         except ConfigError as err:
             problems.append(str(err))
     if spec.ensemble and len(set(spec.seeds)) < 2:

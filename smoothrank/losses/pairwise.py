@@ -14,7 +14,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from smoothrank._checks import within_dtype
 from smoothrank.losses import _common as C
@@ -56,9 +55,13 @@ class _WeightedPairCost(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_out):  # type: ignore[override]
         scores, weights = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph=True (a booster's Hessian, smoothrank.boosting): the same gradient from
+            # out-of-place operations that autograd differentiates once more.
+            c = torch.sigmoid(-ctx.sigma * (scores.unsqueeze(-1) - scores.unsqueeze(-2))) * weights
+            return -ctx.sigma * (c.sum(-1) - c.sum(-2)) * grad_out.unsqueeze(-1), None, None
         grad = torch.zeros_like(scores)
         for lo in range(0, scores.shape[0], ctx.chunk):
             s = scores[lo:lo + ctx.chunk]

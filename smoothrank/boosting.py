@@ -1,0 +1,274 @@
+"""Gradient-boosting objectives from any smoothrank loss (LightGBM and XGBoost custom objectives).
+
+A GBDT fits each tree to per-document gradients and Hessians of the training loss at the current
+scores. For a smoothrank loss L (any registered loss, e.g. NeuralNDCG or SoftNDCG), summed over
+the training queries,
+
+.. math::
+    g_i = \\frac{\\partial}{\\partial s_i} \\sum_q L(s_q, y_q), \\qquad
+    h_i = \\begin{cases} 1 & \\texttt{hessian="constant"} \\\\
+          \\max(|\\partial^2 \\sum_q L / \\partial s_i^2|, h_{\\min}) & \\texttt{hessian="diagonal"}
+          \\end{cases}
+
+and the booster's Newton step gives a leaf the value ``-sum(g) / (sum(h) + lambda)``. With the
+constant Hessian the trees follow the plain gradient (first-order boosting, which works for
+every loss); ``"diagonal"`` is the exact diagonal of the Hessian, taken in absolute value as in
+saddle-free Newton (Dauphin et al. 2014) since the NDCG surrogates are not convex. It needs a
+loss that autograd can differentiate twice (``list_net``, ``list_mle``, ``approx_ndcg``,
+``rank_net``, ``lambda_rank``, ``rmse``) and costs one extra backward pass per list position.
+For ``lambda_rank`` it is LambdaMART's own Hessian, ``sigma^2 sum_j |Delta NDCG_ij| rho_ij
+(1 - rho_ij)``, so ``lambda_rank`` with ``hessian="diagonal"`` reproduces LightGBM's
+``lambdarank`` objective (with ``lambdarank_norm=false`` and no truncation), as the tests check.
+
+A query whose loss does not depend on its scores (no relevant document under an NDCG loss, or
+all labels equal) gets a zero gradient *and* a zero Hessian, so it neither pulls a leaf nor
+dilutes it, as in LambdaMART. Row weights (LightGBM's ``weight``, XGBoost's ``weight``)
+multiply both.
+
+Three adapters wrap :func:`boosting_gradients` in the calling convention each library expects
+(PITFALLS 19):
+
+* :func:`lightgbm_objective` for ``lightgbm.train(params={"objective": fn, ...})``, reading the
+  query sizes from the training ``Dataset``'s ``group``;
+* :func:`lgbm_ranker_objective` for ``lightgbm.LGBMRanker(objective=fn)``, which hands a custom
+  objective the query sizes only when it takes exactly four positional parameters
+  ``(y_true, y_pred, weight, group)``;
+* :func:`xgboost_objective` for ``xgboost.train(params, dtrain, obj=fn)`` (``XGBRanker`` refuses
+  callable objectives), reading the query boundaries from the ``DMatrix``'s ``qid``/``group``.
+
+Everything is computed with PyTorch in ``dtype`` (float64 by default) on ``device`` (the CPU by
+default), a batch of similar-length queries at a time, and handed back as float64 NumPy arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from smoothrank.errors import SmoothrankError
+
+__all__ = ["HESSIANS", "boosting_gradients", "lgbm_ranker_objective", "lightgbm_objective",
+           "xgboost_objective"]
+
+#: The Hessian choices of :func:`boosting_gradients`.
+HESSIANS = ("constant", "diagonal")
+
+_CHUNK_ITEMS = 1 << 10  # padded (query, position) slots per batch of queries (fastest on MQ2008)
+
+
+def _bind(loss: str | Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+    if isinstance(loss, str):
+        from smoothrank import losses
+
+        return losses.get(loss, **options)
+    if not callable(loss):
+        raise SmoothrankError(f"loss: expected a loss name or a callable, got {type(loss).__name__}")
+    if options:
+        raise SmoothrankError(f"loss: options {sorted(options)} are for a loss given by name; bind them "
+                              "with smoothrank.losses.get(name, ...) for a callable")
+    return loss
+
+
+def _loss_name(loss: Callable[..., Any]) -> str:
+    return str(getattr(loss, "loss_name", getattr(loss, "__name__", "the loss")))
+
+
+def _flat(values: Any, argument: str, n: int | None = None) -> np.ndarray:
+    try:
+        out = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise SmoothrankError(f"{argument}: expected numbers, got {type(values).__name__}") from None
+    if n is not None and out.shape[0] != n:
+        raise SmoothrankError(f"{argument}: {out.shape[0]} values for {n} documents")
+    if not np.isfinite(out).all():
+        bad = int(np.flatnonzero(~np.isfinite(out))[0])
+        raise SmoothrankError(f"{argument}: value {out[bad]} at document {bad} is not finite")
+    return out
+
+
+def _sizes(group_sizes: Any, n_docs: int) -> np.ndarray:
+    sizes = np.asarray(group_sizes).reshape(-1)
+    if sizes.size == 0 or not np.issubdtype(sizes.dtype, np.number) or (sizes != np.round(sizes)).any() \
+            or (sizes < 1).any():
+        raise SmoothrankError("group_sizes: expected positive integer query sizes")
+    sizes = sizes.astype(np.int64)
+    if int(sizes.sum()) != n_docs:
+        raise SmoothrankError(f"group_sizes: the queries hold {int(sizes.sum())} documents, the scores "
+                              f"{n_docs}")
+    return sizes
+
+
+def _query_batches(sizes: np.ndarray, chunk_items: int) -> Iterator[np.ndarray]:
+    """Query indices in batches of similar length, each padded to at most ``chunk_items`` slots
+    (or one query, if it is longer)."""
+    order = np.argsort(sizes, kind="stable")
+    start = 0
+    while start < order.shape[0]:
+        stop = start + 1
+        while stop < order.shape[0] and (stop + 1 - start) * sizes[order[stop]] <= chunk_items:
+            stop += 1
+        yield order[start:stop]
+        start = stop
+
+
+def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any, group_sizes: Any, *,
+                       weights: Any = None, hessian: str = "constant", min_hessian: float = 1e-6,
+                       dtype: torch.dtype = torch.float64, device: str | torch.device | None = None,
+                       chunk_items: int = _CHUNK_ITEMS, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-document gradient and Hessian of ``sum_q loss(s_q, y_q)`` for a booster.
+
+    Parameters
+    ----------
+    loss : a registered loss name (``options`` are its options) or a bound loss
+        (``smoothrank.losses.get(...)``, or any ``fn(scores, labels, *, mask, reduction)``)
+    scores, labels : flat arrays, one value per document; a query's documents are contiguous
+    group_sizes : the number of documents of each query, in order (LightGBM's ``group``)
+    weights : optional per-document weights multiplying the gradient and the Hessian
+    hessian : ``"constant"`` (1 for every document of a query the loss depends on) or
+        ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; needs a twice-differentiable loss)
+    min_hessian : the floor of the diagonal Hessian (> 0)
+    dtype, device : where the loss is computed
+    chunk_items : padded slots per batch of similar-length queries (memory bound)
+
+    Returns
+    -------
+    (grad, hess) : float64 arrays of the documents' length
+    """
+    fn = _bind(loss, options)
+    if hessian not in HESSIANS:
+        raise SmoothrankError(f"hessian: expected one of {HESSIANS}, got {hessian!r}")
+    if not (isinstance(min_hessian, (int, float)) and not isinstance(min_hessian, bool)
+            and 0 < min_hessian < float("inf")):
+        raise SmoothrankError(f"min_hessian: expected a positive finite number, got {min_hessian!r}")
+    if not isinstance(chunk_items, int) or isinstance(chunk_items, bool) or chunk_items < 1:
+        raise SmoothrankError(f"chunk_items: expected a positive integer, got {chunk_items!r}")
+    s = _flat(scores, "scores")
+    y = _flat(labels, "labels", s.shape[0])
+    w = None if weights is None else _flat(weights, "weights", s.shape[0])
+    sizes = _sizes(group_sizes, s.shape[0])
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    grad, hess = np.zeros_like(s), np.zeros_like(s)
+    for queries in _query_batches(sizes, chunk_items):
+        width = int(sizes[queries].max())
+        pos = np.arange(width)
+        mask_np = pos[None, :] < sizes[queries][:, None]
+        rows = np.where(mask_np, offsets[queries][:, None] + pos[None, :], 0)
+        mask = torch.as_tensor(mask_np, device=device)
+        s_b = torch.as_tensor(s[rows], dtype=dtype, device=device).requires_grad_(True)
+        y_b = torch.as_tensor(y[rows], dtype=dtype, device=device)
+        g_b, h_b = _batch_grad_hess(fn, s_b, y_b, mask, hessian)
+        g_np = g_b.detach().to("cpu", torch.float64).numpy()
+        # A query whose loss ignores its scores gets no Hessian either (LambdaMART's convention).
+        live = (g_np != 0).any(-1, keepdims=True)
+        if h_b is None:
+            h_np = np.where(live, 1.0, 0.0) * np.ones_like(g_np)
+        else:
+            diag = np.abs(h_b.detach().to("cpu", torch.float64).numpy())
+            live |= (diag != 0).any(-1, keepdims=True)
+            h_np = np.where(live, np.maximum(diag, min_hessian), 0.0)
+        grad[rows[mask_np]] = g_np[mask_np]
+        hess[rows[mask_np]] = h_np[mask_np]
+    if not (np.isfinite(grad).all() and np.isfinite(hess).all()):
+        raise SmoothrankError(f"{_loss_name(fn)}: the gradient or Hessian is not finite at these scores")
+    if w is not None:
+        grad, hess = grad * w, hess * w
+    return grad, hess
+
+
+def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                     hessian: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    second = hessian == "diagonal"
+    value = fn(scores, labels, mask=mask, reduction="sum")
+    if not value.requires_grad:  # no query of the batch depends on its scores
+        zeros = torch.zeros_like(scores)
+        return zeros, (zeros if second else None)
+    (grad,) = torch.autograd.grad(value, scores, create_graph=second)
+    if not second:
+        return grad, None
+    if not grad.requires_grad:
+        raise SmoothrankError(f"hessian='diagonal': {_loss_name(fn)} is not twice differentiable here; "
+                              "use hessian='constant'")
+    # Queries are independent, so the Hessian is block-diagonal over the rows: one backward pass of
+    # position j of every row gives row j of each query's Hessian, whose j-th entry is the diagonal.
+    diag = torch.zeros_like(scores)
+    for j in range(scores.shape[-1]):
+        (row,) = torch.autograd.grad(grad[:, j].sum(), scores, retain_graph=True, allow_unused=True)
+        if row is not None:
+            diag[:, j] = row[:, j]
+    return grad.detach(), diag
+
+
+def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
+                       min_hessian: float = 1e-6, dtype: torch.dtype = torch.float64,
+                       device: str | torch.device | None = None, **options: Any
+                       ) -> Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray]]:
+    """``fn(preds, train_data) -> (grad, hess)`` for ``lightgbm.train(params={"objective": fn})``.
+
+    The query sizes come from the training ``lightgbm.Dataset``'s ``group``; labels and weights
+    from its ``label`` and ``weight``.
+    """
+    fn = _bind(loss, options)
+    boosting_gradients(fn, [0.0], [0.0], [1], hessian=hessian, min_hessian=min_hessian)  # checks options
+
+    def objective(preds: np.ndarray, train_data: Any) -> tuple[np.ndarray, np.ndarray]:
+        group = train_data.get_group()
+        if group is None:
+            raise SmoothrankError("lightgbm objective: the training Dataset has no group (query sizes)")
+        return boosting_gradients(fn, preds, train_data.get_label(), group, weights=train_data.get_weight(),
+                                  hessian=hessian, min_hessian=min_hessian, dtype=dtype, device=device)
+
+    return objective
+
+
+def lgbm_ranker_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
+                          min_hessian: float = 1e-6, dtype: torch.dtype = torch.float64,
+                          device: str | torch.device | None = None, **options: Any
+                          ) -> Callable[[np.ndarray, np.ndarray, Any, Any], tuple[np.ndarray, np.ndarray]]:
+    """``fn(y_true, y_pred, weight, group)`` for ``lightgbm.LGBMRanker(objective=fn)``.
+
+    The four positional parameters are deliberate: LightGBM's scikit-learn wrapper passes ``group``
+    to a custom objective only when it has exactly four (PITFALLS 19).
+    """
+    fn = _bind(loss, options)
+    boosting_gradients(fn, [0.0], [0.0], [1], hessian=hessian, min_hessian=min_hessian)
+
+    def objective(y_true: np.ndarray, y_pred: np.ndarray, weight: Any, group: Any
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        if group is None:
+            raise SmoothrankError("LGBMRanker objective: no group (query sizes) was passed to fit()")
+        return boosting_gradients(fn, y_pred, y_true, group, weights=weight, hessian=hessian,
+                                  min_hessian=min_hessian, dtype=dtype, device=device)
+
+    return objective
+
+
+def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
+                      min_hessian: float = 1e-6, dtype: torch.dtype = torch.float64,
+                      device: str | torch.device | None = None, **options: Any
+                      ) -> Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray]]:
+    """``fn(preds, dtrain) -> (grad, hess)`` for ``xgboost.train(params, dtrain, obj=fn)``.
+
+    The query boundaries come from the ``DMatrix``'s ``qid`` (or ``group``), its rows sorted by
+    query as XGBoost requires; labels from its ``label``, and weights from its ``weight`` (one per
+query, as XGBoost's ranking objectives take them, or one per row). Give the
+    booster ``base_score: 0`` so that every list starts tied at 0 and the intercept does not move.
+    """
+    fn = _bind(loss, options)
+    boosting_gradients(fn, [0.0], [0.0], [1], hessian=hessian, min_hessian=min_hessian)
+
+    def objective(preds: np.ndarray, dtrain: Any) -> tuple[np.ndarray, np.ndarray]:
+        ptr = np.asarray(dtrain.get_uint_info("group_ptr"), dtype=np.int64)
+        if ptr.size < 2:
+            raise SmoothrankError("xgboost objective: the DMatrix has no qid or group (query boundaries)")
+        sizes = np.diff(ptr)
+        weight = np.asarray(dtrain.get_weight(), dtype=np.float64)
+        if weight.size == sizes.size:  # XGBoost's ranking weights are one per query
+            weight = np.repeat(weight, sizes)
+        return boosting_gradients(fn, preds, dtrain.get_label(), sizes,
+                                  weights=weight if weight.size else None, hessian=hessian,
+                                  min_hessian=min_hessian, dtype=dtype, device=device)
+
+    return objective

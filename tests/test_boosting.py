@@ -1,0 +1,365 @@
+"""GBDT objectives from smoothrank losses (smoothrank.boosting): gradients and Hessians against
+autograd and finite differences, and LightGBM's and XGBoost's own LambdaMART reproduced through
+the ``lambda_rank`` loss (PITFALLS 19 for the calling conventions)."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from smoothrank import losses
+from smoothrank.boosting import (
+    boosting_gradients,
+    lgbm_ranker_objective,
+    lightgbm_objective,
+    xgboost_objective,
+)
+from smoothrank.errors import SmoothrankError
+
+SIZES = np.array([5, 1, 7, 3, 4, 6])
+
+
+@pytest.fixture(scope="module")
+def problem() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    n = int(SIZES.sum())
+    scores, labels = rng.normal(size=n), rng.integers(0, 3, size=n).astype(float)
+    labels[5] = 0.0                 # the one-document query
+    labels[16:20] = 0.0             # a query with no relevant document
+    labels[0:2] = 2.0               # a tie among labels
+    return scores, labels
+
+
+def _total(name: str, scores: torch.Tensor, labels: np.ndarray, **options) -> torch.Tensor:
+    """The summed loss, one query at a time (no padding, no batching): the reference."""
+    fn = losses.get(name, **options)
+    out, start = scores.new_zeros(()), 0
+    for size in SIZES:
+        part = slice(start, start + size)
+        out = out + fn(scores[part][None], torch.as_tensor(labels[part])[None], reduction="sum")
+        start += size
+    return out
+
+
+# losses whose value is a deterministic function of the scores (ListMLE draws its tie-breaks)
+DETERMINISTIC = ["neural_ndcg", "neural_ndcg_transposed", "soft_ndcg", "approx_ndcg", "list_net", "rank_net",
+                 "lambda_rank", "rmse"]
+TWICE_DIFFERENTIABLE = ["approx_ndcg", "list_net", "rank_net", "lambda_rank", "rmse"]
+
+
+@pytest.mark.parametrize("name", DETERMINISTIC)
+def test_the_gradient_is_autograds_of_the_summed_loss(problem, name):
+    scores, labels = problem
+    s = torch.tensor(scores, requires_grad=True)
+    (expected,) = torch.autograd.grad(_total(name, s, labels), s)
+    grad, hess = boosting_gradients(name, scores, labels, SIZES)
+    np.testing.assert_allclose(grad, expected.numpy(), rtol=1e-10, atol=1e-12)
+    # the constant Hessian: 1 on the documents of every query the loss depends on
+    live = np.repeat([np.any(grad[a:b] != 0) for a, b in zip(np.r_[0, SIZES.cumsum()[:-1]], SIZES.cumsum(),
+                                                             strict=True)], SIZES)
+    np.testing.assert_array_equal(hess, np.where(live, 1.0, 0.0))
+
+
+@pytest.mark.parametrize("name", ["neural_ndcg", "soft_ndcg", "list_net"])
+def test_the_gradient_matches_float64_finite_differences(problem, name):
+    scores, labels = problem
+    grad, _ = boosting_gradients(name, scores, labels, SIZES)
+    eps = 1e-6
+    for i in range(scores.shape[0]):
+        up, down = scores.copy(), scores.copy()
+        up[i] += eps
+        down[i] -= eps
+        difference = _total(name, torch.tensor(up), labels) - _total(name, torch.tensor(down), labels)
+        numeric = difference / (2 * eps)
+        assert grad[i] == pytest.approx(float(numeric), abs=1e-6), i
+
+
+@pytest.mark.parametrize("name", TWICE_DIFFERENTIABLE)
+def test_the_diagonal_hessian_is_the_absolute_diagonal_of_autograds_hessian(problem, name):
+    scores, labels = problem
+    full = torch.autograd.functional.hessian(lambda s: _total(name, s, labels), torch.tensor(scores)).numpy()
+    grad, hess = boosting_gradients(name, scores, labels, SIZES, hessian="diagonal", min_hessian=1e-9)
+    live = hess > 0
+    expected = np.maximum(np.abs(np.diag(full)), 1e-9)
+    np.testing.assert_allclose(hess[live], expected[live], rtol=1e-10, atol=1e-14)
+    # what is left out is a query whose loss ignores its scores: no gradient, no curvature
+    assert not grad[~live].any() and not np.diag(full)[~live].any()
+    assert live.sum() >= SIZES.sum() - SIZES[4] - SIZES[1]
+
+
+def test_a_query_without_a_relevant_document_neither_pulls_nor_dilutes_a_leaf(problem):
+    scores, labels = problem
+    for hessian in ("constant", "diagonal"):
+        name = "approx_ndcg"
+        grad, hess = boosting_gradients(name, scores, labels, SIZES, hessian=hessian)
+        assert not grad[16:20].any() and not hess[16:20].any()
+        assert (hess[:5] > 0).all()
+
+
+def test_weights_batches_and_dtype_do_not_change_the_result_beyond_scaling(problem):
+    scores, labels = problem
+    grad, hess = boosting_gradients("neural_ndcg", scores, labels, SIZES)
+    for chunk in (1, 7, 1 << 16):  # one query per batch, a few, all at once
+        g, h = boosting_gradients("neural_ndcg", scores, labels, SIZES, chunk_items=chunk)
+        np.testing.assert_allclose(g, grad, rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(h, hess)
+    weights = np.linspace(0.5, 2.0, scores.shape[0])
+    g, h = boosting_gradients("neural_ndcg", scores, labels, SIZES, weights=weights)
+    np.testing.assert_allclose(g, grad * weights, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(h, hess * weights)
+    g32, _ = boosting_gradients("neural_ndcg", scores, labels, SIZES, dtype=torch.float32)
+    np.testing.assert_allclose(g32, grad, atol=1e-5)
+
+
+def test_a_bound_loss_and_a_name_with_options_agree(problem):
+    scores, labels = problem
+    by_name = boosting_gradients("neural_ndcg", scores, labels, SIZES, k=3, temperature=0.5)
+    bound = boosting_gradients(losses.get("neural_ndcg", k=3, temperature=0.5), scores, labels, SIZES)
+    np.testing.assert_array_equal(by_name[0], bound[0])
+
+
+def test_ties_huge_scores_and_a_single_document_give_finite_values():
+    labels = np.array([2.0, 1.0, 0.0, 1.0, 0.0])
+    for scores in (np.zeros(5), np.array([1e30, -1e30, 0.0, 1e30, 3.0])):
+        for name in [*DETERMINISTIC, "list_mle"]:
+            grad, hess = boosting_gradients(name, scores, labels, [4, 1])
+            assert np.isfinite(grad).all() and np.isfinite(hess).all(), name
+            assert grad[4] == 0.0  # one document: nothing to rank
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"hessian": "exact"}, "hessian: expected one of"),
+    ({"min_hessian": 0.0}, "min_hessian"),
+    ({"chunk_items": 0}, "chunk_items"),
+    ({"group_sizes": [3, 3]}, "group_sizes: the queries hold 6 documents, the scores 5"),
+    ({"group_sizes": [2, 0, 3]}, "group_sizes: expected positive integer"),
+    ({"scores": [0.0, np.nan, 0.0, 0.0, 0.0]}, "scores: value nan at document 1"),
+    ({"labels": [0.0, 1.0]}, "labels: 2 values for 5 documents"),
+    ({"weights": [1.0] * 4}, "weights: 4 values for 5 documents"),
+    ({"hessian": "diagonal", "loss": "neural_ndcg"}, "neural_ndcg is not twice differentiable"),
+    ({"loss": "no_such_loss"}, "unknown loss 'no_such_loss'"),
+    ({"temperature": 1.0, "loss": losses.get("neural_ndcg")}, "options ['temperature'] are for a loss given"),
+    ({"loss": 3}, "loss: expected a loss name or a callable"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    args = {"loss": "list_net", "scores": np.zeros(5), "labels": [1.0, 0.0, 0.0, 2.0, 0.0],
+            "group_sizes": [2, 3], **kwargs}
+    with pytest.raises(SmoothrankError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        boosting_gradients(args.pop("loss"), args.pop("scores"), args.pop("labels"), args.pop("group_sizes"),
+                           **args)
+
+
+# ------------------------------------------------------------------------------ the libraries
+@pytest.fixture(scope="module")
+def mq2008_part():
+    from smoothrank.datasets import load_mq2008
+
+    train = load_mq2008(fold=1, split="train")
+    part = train.subset(np.arange(150))
+    return np.asarray(part.features), np.asarray(part.labels, dtype=np.float64), np.asarray(part.list_sizes)
+
+
+# LightGBM's lambdarank without its normalisation (lambdarank_norm) and truncation: all pairs,
+# each weighted by |Delta NDCG| with exp2 gains and log2 discounts, sigmoid 1.
+LIGHTGBM_LAMBDARANK = {"objective": "lambdarank", "lambdarank_norm": False,
+                       "lambdarank_truncation_level": 10_000, "sigmoid": 1.0}
+TREES = {"learning_rate": 0.1, "num_leaves": 15, "min_data_in_leaf": 10, "verbosity": -1,
+         "deterministic": True, "num_threads": 1, "seed": 0}
+
+
+def test_lambda_rank_with_its_hessian_is_lightgbms_lambdarank(mq2008_part):
+    lgb = pytest.importorskip("lightgbm")
+    features, labels, sizes = mq2008_part
+    data = lgb.Dataset(features, label=labels, group=sizes, free_raw_data=False)
+    builtin = lgb.train({**TREES, **LIGHTGBM_LAMBDARANK}, data, num_boost_round=10)
+    ours = lgb.train({**TREES, "objective": lightgbm_objective("lambda_rank", hessian="diagonal")}, data,
+                     num_boost_round=10)
+    expected = builtin.predict(features)
+    # LightGBM's sigmoid is a lookup table: agreement to its resolution, not to the last bit
+    np.testing.assert_allclose(ours.predict(features), expected, atol=1e-4 * np.abs(expected).max())
+    # the constant Hessian is another booster
+    other = lgb.train({**TREES, "objective": lightgbm_objective("lambda_rank")}, data, num_boost_round=10)
+    assert np.abs(other.predict(features) - expected).max() > 1e-2
+
+
+def test_lgbm_ranker_gets_the_query_sizes_through_four_positional_parameters(mq2008_part):
+    # PITFALLS 19: LGBMRanker passes `group` only to an objective with exactly four positional
+    # parameters (y_true, y_pred, weight, group).
+    lgb = pytest.importorskip("lightgbm")
+    objective = lgbm_ranker_objective("lambda_rank", hessian="diagonal")
+    params = [p for p in inspect.signature(objective).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    assert len(params) == 4
+    features, labels, sizes = mq2008_part
+    trees = {k: v for k, v in TREES.items() if k != "seed"}
+    ranker = lgb.LGBMRanker(objective=objective, n_estimators=10, random_state=0, **trees)
+    ranker.fit(features, labels, group=sizes)
+    data = lgb.Dataset(features, label=labels, group=sizes, free_raw_data=False)
+    builtin = lgb.train({**TREES, **LIGHTGBM_LAMBDARANK}, data, num_boost_round=10)
+    expected = builtin.predict(features)
+    np.testing.assert_allclose(ranker.predict(features), expected, atol=1e-4 * np.abs(expected).max())
+
+
+def test_lambda_rank_is_xgboosts_rank_ndcg_whose_pair_hessian_is_doubled(mq2008_part):
+    # XGBoost refuses callables in XGBRanker (PITFALLS 19): the objective goes to xgboost.train(obj=).
+    xgb = pytest.importorskip("xgboost")
+    with pytest.raises(ValueError, match="not supported by XGBRanker"):
+        xgb.XGBRanker(objective=xgboost_objective("lambda_rank")).fit(np.zeros((2, 1)), [1, 0], qid=[0, 0])
+    features, labels, sizes = mq2008_part
+    data = xgb.DMatrix(features, label=labels, qid=np.repeat(np.arange(sizes.shape[0]), sizes))
+    trees = {"eta": 0.1, "max_depth": 4, "tree_method": "hist", "nthread": 1, "seed": 0, "base_score": 0.0}
+    builtin = xgb.train({**trees, "objective": "rank:ndcg", "lambdarank_pair_method": "topk",
+                         "lambdarank_num_pair_per_sample": 10_000, "lambdarank_normalization": False,
+                         "lambdarank_score_normalization": False}, data, num_boost_round=10)
+    objective = xgboost_objective("lambda_rank", hessian="diagonal")
+
+    def doubled(preds, dtrain):
+        grad, hess = objective(preds, dtrain)
+        return grad, 2.0 * hess  # XGBoost's lambdarank counts each pair's Hessian twice
+
+    ours = xgb.train({**trees, "objective": "reg:squarederror"}, data, num_boost_round=10, obj=doubled)
+    expected = builtin.predict(data, output_margin=True)
+    np.testing.assert_allclose(ours.predict(data, output_margin=True), expected,
+                               atol=1e-5 * np.abs(expected).max())
+
+
+def test_the_adapters_hand_the_library_what_boosting_gradients_computes(mq2008_part):
+    lgb = pytest.importorskip("lightgbm")
+    xgb = pytest.importorskip("xgboost")
+    features, labels, sizes = mq2008_part
+    scores = np.random.default_rng(1).normal(size=labels.shape[0])
+    expected = boosting_gradients("neural_ndcg", scores, labels, sizes, k=5)
+    weights = np.repeat(np.linspace(1.0, 2.0, sizes.shape[0]), sizes)
+    lgb_data = lgb.Dataset(features, label=labels, group=sizes, weight=weights).construct()
+    for got, scale in ((lightgbm_objective("neural_ndcg", k=5)(scores, lgb_data), weights),
+                       (lgbm_ranker_objective("neural_ndcg", k=5)(labels, scores, None, sizes), 1.0)):
+        np.testing.assert_allclose(got[0], expected[0] * scale)
+        np.testing.assert_allclose(got[1], expected[1] * scale)
+    query_weights = np.linspace(1.0, 2.0, sizes.shape[0])  # XGBoost: one weight per query
+    xgb_data = xgb.DMatrix(features, label=labels, qid=np.repeat(np.arange(sizes.shape[0]), sizes),
+                           weight=query_weights)
+    got = xgboost_objective("neural_ndcg", k=5)(scores, xgb_data)
+    np.testing.assert_allclose(got[0], expected[0] * weights)
+    np.testing.assert_allclose(got[1], expected[1] * weights)
+
+
+def test_an_adapter_refuses_bad_options_when_made_and_missing_groups_when_called():
+    with pytest.raises(SmoothrankError, match="unknown option"):
+        lightgbm_objective("neural_ndcg", sharpness=3)
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        xgboost_objective("soft_ndcg", hessian="diagonal")
+
+    class NoGroup:
+        def get_group(self):
+            return None
+
+    with pytest.raises(SmoothrankError, match="has no group"):
+        lightgbm_objective("list_net")(np.zeros(3), NoGroup())
+    with pytest.raises(SmoothrankError, match="no group"):
+        lgbm_ranker_objective("list_net")(np.zeros(3), np.zeros(3), None, None)
+
+
+def test_boosting_a_smooth_ndcg_learns_to_rank(mq2008_part):
+    lgb = pytest.importorskip("lightgbm")
+    from smoothrank.metrics import evaluate_flat, mean_metrics
+
+    features, labels, sizes = mq2008_part
+    data = lgb.Dataset(features, label=labels, group=sizes)
+    booster = lgb.train({**TREES, "learning_rate": 0.5, "objective": lightgbm_objective("neural_ndcg", k=5)},
+                        data, num_boost_round=20)
+    offsets = np.r_[0, sizes.cumsum()]
+
+    def ndcg5(scores):
+        return mean_metrics(evaluate_flat(scores, labels, offsets=offsets, metrics=["ndcg@5"],
+                                          convention="lightgbm"))["ndcg@5"]
+
+    # the training lists, from tied scores (file order) to the boosted ones
+    assert ndcg5(booster.predict(features)) > ndcg5(np.zeros_like(labels)) + 0.1
+
+
+# ------------------------------------------------------------------------------ in the experiment harness
+@pytest.fixture(scope="module")
+def letor_files(tmp_path_factory):
+    from conftest import write_synthetic_folds
+
+    return write_synthetic_folds(tmp_path_factory.mktemp("letor"), seed=0, queries=(40, 15, 15), docs=10,
+                                 n_features=5, noise=0.3)
+
+
+@pytest.mark.parametrize(("library", "params"), [("lightgbm", {"min_data_in_leaf": 5, "learning_rate": 0.3}),
+                                                 ("xgboost", {"eta": 0.3})])
+def test_fit_gbdt_boosts_a_smoothrank_loss_selected_on_validation(letor_files, library, params):
+    pytest.importorskip(library)
+    from smoothrank.data import load_letor
+    from smoothrank.experiments.gbdt import fit_gbdt
+    from smoothrank.metrics import evaluate_flat, mean_metrics
+
+    train, valid, test = (load_letor(letor_files / f"{s}.txt") for s in ("train", "vali", "test"))
+
+    def ndcg5(scores, data=valid):
+        return mean_metrics(evaluate_flat(scores, data.labels, offsets=data.offsets, metrics=["ndcg@5"],
+                                          convention="letor4"))["ndcg@5"]
+
+    fitted = fit_gbdt(train, valid, library=library, objective="neural_ndcg", loss_options={"k": 5},
+                      params=params, num_boost_round=30, early_stopping_rounds=10, select=ndcg5,
+                      select_name="v")
+    assert 1 <= fitted.best_iteration <= fitted.rounds_run <= 30
+    curve = [row["valid_v"] for row in fitted.history]
+    assert ndcg5(fitted.predict(valid)) == pytest.approx(max(curve))  # the selected round is the best one
+    # the label is a noisy threshold of feature 1: the boosted ranking must beat its reverse by far
+    assert ndcg5(fitted.predict(test), test) > ndcg5(-test.features[:, 0], test) + 0.2
+
+
+def test_an_experiment_runs_gbdt_with_smoothrank_losses_and_resumes(letor_files, tmp_path):
+    from conftest import two_method_spec
+
+    from smoothrank.experiments import expand, load_results, run_experiment, spec_from_dict
+
+    spec = spec_from_dict(two_method_spec(letor_files, losses=[], models=[], seeds=[0], refit=True, gbdt=[
+        {"library": "lightgbm", "objective": "lambdarank", "num_boost_round": 5,
+         "params": {"min_data_in_leaf": 3}},
+        {"library": "lightgbm", "objective": "neural_ndcg", "options": {"k": 5}, "num_boost_round": 5,
+         "params": {"min_data_in_leaf": 3}},
+        {"library": "xgboost", "objective": "lambda_rank", "hessian": "diagonal", "label": "xgb-lambda",
+         "num_boost_round": 5},
+    ]))
+    cells = expand(spec)
+    assert [c.method for c in cells] == ["lightgbm-lambdarank", "lightgbm-neural_ndcg", "xgb-lambda"]
+    # a library objective's cell has no loss keys: its fingerprint is the one of older specs
+    assert set(cells[0].settings["gbdt"]) >= {"objective", "params"}
+    assert not {"options", "hessian"} & set(cells[0].settings["gbdt"])
+    assert cells[1].settings["gbdt"]["options"] == {"k": 5}
+    assert cells[2].settings["gbdt"]["hessian"] == "diagonal"
+    first = run_experiment(spec, tmp_path / "out")
+    assert sorted(first.ran) == sorted(c.run_id for c in cells)
+    results = load_results(tmp_path / "out")
+    assert sorted(r["method"] for r in results) == [c.method for c in cells]
+    for r in results:
+        assert r["refit"]["rounds"] == r["selection"]["best_iteration"]
+    again = run_experiment(spec, tmp_path / "out")  # finished: nothing is redone
+    assert again.ran == [] and sorted(again.skipped) == sorted(first.ran)
+    assert [r["metrics"] for r in again.results] == [r["metrics"] for r in first.results]
+
+
+@pytest.mark.parametrize(("gbdt", "fragment"), [
+    ({"library": "lightgbm", "objective": "no_such"}, "gbdt.0.objective: expected one of the library's"),
+    ({"library": "lightgbm", "objective": "lambdarank", "options": {"k": 5}},
+     "gbdt.0.options: only for a smoothrank loss as the objective, not lightgbm's own 'lambdarank'"),
+    ({"library": "xgboost", "objective": "rank:ndcg", "hessian": "diagonal"}, "gbdt.0.hessian: only for"),
+    ({"library": "lightgbm", "objective": "neural_ndcg", "hessian": "diagonal"},
+     "gbdt.0.hessian: hessian='diagonal': neural_ndcg is not twice differentiable"),
+    ({"library": "lightgbm", "objective": "neural_ndcg", "hessian": "newton"},
+     "gbdt.0.hessian: expected one of"),
+    ({"library": "lightgbm", "objective": "neural_ndcg", "options": {"temperature": 0}},
+     "gbdt.0.options: temperature"),
+    ({"library": "lightgbm", "objective": "neural_ndcg", "options": {"sharpness": 1}},
+     "gbdt.0.options: loss 'neural_ndcg': unknown option(s) sharpness"),
+    ({"library": "lightgbm", "objective": "neural_ndcg", "params": {"num_leaves": -3}}, "gbdt.0.params"),
+])
+def test_the_spec_check_names_bad_loss_objectives(letor_files, gbdt, fragment):
+    from conftest import assert_spec_problems, two_method_spec
+
+    assert_spec_problems(two_method_spec(letor_files, gbdt=[gbdt]), [fragment])
