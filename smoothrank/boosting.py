@@ -50,7 +50,7 @@ import torch
 
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["HESSIANS", "boosting_gradients", "lgbm_ranker_objective", "lightgbm_objective",
+__all__ = ["HESSIANS", "boosting_gradients", "check_objective", "lgbm_ranker_objective", "lightgbm_objective",
            "xgboost_objective"]
 
 #: The Hessian choices of :func:`boosting_gradients`.
@@ -201,6 +201,19 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
     return grad.detach(), diag
 
 
+def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant", min_hessian: float = 1e-6,
+                    **options: Any) -> None:
+    """Raise :class:`SmoothrankError` if ``loss`` (with ``options``) cannot give a booster ``hessian``.
+
+    The loss is computed once on a tiny problem, so that a bad option value, or a loss that autograd
+    cannot differentiate twice under ``hessian="diagonal"``, fails before training. A loss that
+    draws random numbers draws them from a forked generator: the caller's is left as it was.
+    """
+    with torch.random.fork_rng(devices=[]):
+        boosting_gradients(loss, [0.5, 0.0, -0.5], [1.0, 0.0, 2.0], [3], hessian=hessian,
+                           min_hessian=min_hessian, **options)
+
+
 def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
                        min_hessian: float = 1e-6, dtype: torch.dtype = torch.float64,
                        device: str | torch.device | None = None, **options: Any
@@ -211,7 +224,7 @@ def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "consta
     from its ``label`` and ``weight``.
     """
     fn = _bind(loss, options)
-    boosting_gradients(fn, [0.0], [0.0], [1], hessian=hessian, min_hessian=min_hessian)  # checks options
+    check_objective(fn, hessian=hessian, min_hessian=min_hessian)
 
     def objective(preds: np.ndarray, train_data: Any) -> tuple[np.ndarray, np.ndarray]:
         group = train_data.get_group()
@@ -233,7 +246,7 @@ def lgbm_ranker_objective(loss: str | Callable[..., Any], *, hessian: str = "con
     to a custom objective only when it has exactly four (PITFALLS 19).
     """
     fn = _bind(loss, options)
-    boosting_gradients(fn, [0.0], [0.0], [1], hessian=hessian, min_hessian=min_hessian)
+    check_objective(fn, hessian=hessian, min_hessian=min_hessian)
 
     def objective(y_true: np.ndarray, y_pred: np.ndarray, weight: Any, group: Any
                   ) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +270,7 @@ query, as XGBoost's ranking objectives take them, or one per row). Give the
     booster ``base_score: 0`` so that every list starts tied at 0 and the intercept does not move.
     """
     fn = _bind(loss, options)
-    boosting_gradients(fn, [0.0], [0.0], [1], hessian=hessian, min_hessian=min_hessian)
+    check_objective(fn, hessian=hessian, min_hessian=min_hessian)
 
     def objective(preds: np.ndarray, dtrain: Any) -> tuple[np.ndarray, np.ndarray]:
         ptr = np.asarray(dtrain.get_uint_info("group_ptr"), dtype=np.int64)

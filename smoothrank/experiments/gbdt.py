@@ -98,7 +98,7 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
     if library not in GBDT_OBJECTIVES:
         raise ConfigError(f"{where}.library: expected one of {sorted(GBDT_OBJECTIVES)}, got {library!r}")
     if is_loss_objective(library, objective):
-        _check_loss_objective(objective, dict(loss_options or {}), hessian, where=where, probe=probe)
+        _check_loss_objective(library, objective, dict(loss_options or {}), hessian, where=where, probe=probe)
     elif loss_options or hessian != "constant":
         key = "options" if loss_options else "hessian"
         raise ConfigError(f"{where}.{key}: only for a smoothrank loss as the objective, not {library}'s "
@@ -112,14 +112,15 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
         raise ConfigError(f"{where}.params: {library} refuses them: {complaint}")
 
 
-def _check_loss_objective(objective: str, loss_options: dict[str, Any], hessian: str, *, where: str,
-                          probe: bool) -> None:
+def _check_loss_objective(library: str, objective: str, loss_options: dict[str, Any], hessian: str, *,
+                          where: str, probe: bool) -> None:
     from smoothrank import losses
-    from smoothrank.boosting import HESSIANS, boosting_gradients
+    from smoothrank.boosting import HESSIANS, check_objective
 
     if objective not in losses.available():
-        raise ConfigError(f"{where}.objective: expected one of the library's objectives {GBDT_OBJECTIVES} or "
-                          f"a smoothrank loss {losses.available()}, got {objective!r}")
+        raise ConfigError(f"{where}.objective: expected one of {library}'s objectives "
+                          f"{GBDT_OBJECTIVES[library]} or a smoothrank loss {losses.available()}, "
+                          f"got {objective!r}")
     if hessian not in HESSIANS:
         raise ConfigError(f"{where}.hessian: expected one of {HESSIANS}, got {hessian!r}")
     if not probe:
@@ -130,8 +131,8 @@ def _check_loss_objective(objective: str, loss_options: dict[str, Any], hessian:
         check_loss_options(objective, loss_options)
     except ConfigError as err:
         raise ConfigError(f"{where}.options: {err}") from None
-    try:  # a tiny problem: a loss autograd cannot differentiate twice fails here, not in training
-        boosting_gradients(objective, [0.5, 0.0, -0.5], [1.0, 0.0, 2.0], [3], hessian=hessian, **loss_options)
+    try:  # a loss autograd cannot differentiate twice fails here, not in training
+        check_objective(objective, hessian=hessian, **loss_options)
     except SmoothrankError as err:
         raise ConfigError(f"{where}.hessian: {err}") from None
 
@@ -316,7 +317,7 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
         make = boosting.lightgbm_objective if library == "lightgbm" else boosting.xgboost_objective
         custom = make(objective, hessian=hessian, **dict(loss_options or {}))
     try:
-        with _torch_threads(num_threads if custom is not None else None):
+        with _torch_state(num_threads, seed) if custom is not None else contextlib.nullcontext():
             return fit(module, train, valid, objective=objective, params=dict(params or {}),
                        num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
                        eval_at=eval_at, seed=seed, num_threads=num_threads, select=select,
@@ -330,17 +331,19 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
 
 
 @contextlib.contextmanager
-def _torch_threads(num_threads: int | None) -> Iterator[None]:
-    """PyTorch's intra-op threads while a smoothrank loss computes the booster's gradients."""
-    if num_threads is None:
-        yield
-        return
+def _torch_state(num_threads: int, seed: int) -> Iterator[None]:
+    """PyTorch's threads and random numbers while a smoothrank loss computes the booster's gradients:
+    a loss that draws (ListMLE's tie-breaks, stochastic NeuralNDCG) draws from ``seed``, so the run
+    is the same for a seed whatever the caller's generator did before, and that generator is left
+    as it was."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
-        yield
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
     finally:
         torch.set_num_threads(previous)
 
