@@ -1,0 +1,120 @@
+"""Cost of boosting a smoothrank loss (smoothrank.boosting) against LightGBM's built-in lambdarank.
+
+On MQ2008 Fold1's training split (471 queries, 9,630 documents, lists of 5-121), per boosting
+round, in one process with ``--threads`` threads for both PyTorch and LightGBM:
+
+* ``gradients``: ``boosting_gradients`` at random scores, the mean of ``--calls`` calls (the
+  objective alone);
+* ``round``: ``lightgbm.train`` for ``--rounds-per-fit`` rounds (31 leaves, learning rate 0.05, as
+  in experiments/mq2008_boosting.yaml) divided by the rounds, i.e. objective + tree;
+* the ratio of ``round`` to the built-in lambdarank's, measured in the same repetition.
+
+Cases are interleaved over ``--reps`` repetitions and the table reports medians.
+
+    .venv/bin/python benchmarks/bench_boosting.py                     # every loss, 3 repetitions
+    .venv/bin/python benchmarks/bench_boosting.py --cases neural_ndcg,lambda_rank-diag --reps 5
+
+Needs the test environment (``bash scripts/test`` installs LightGBM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+CASES = {  # label -> (loss or None for LightGBM's lambdarank, hessian, options)
+    "lightgbm lambdarank (built in)": (None, None, {}),
+    "neural_ndcg": ("neural_ndcg", "constant", {}),
+    "neural_ndcg@5": ("neural_ndcg", "constant", {"k": 5}),
+    "neural_ndcg_transposed": ("neural_ndcg_transposed", "constant", {}),
+    "soft_ndcg": ("soft_ndcg", "constant", {}),
+    "soft_ndcg@10": ("soft_ndcg", "constant", {"k": 10}),
+    "approx_ndcg": ("approx_ndcg", "constant", {}),
+    "list_net": ("list_net", "constant", {}),
+    "list_mle": ("list_mle", "constant", {}),
+    "rank_net": ("rank_net", "constant", {}),
+    "lambda_rank": ("lambda_rank", "constant", {}),
+    "rmse": ("rmse", "constant", {"n_levels": 3}),
+    "lambda_rank-diag": ("lambda_rank", "diagonal", {}),
+    "list_net-diag": ("list_net", "diagonal", {}),
+}
+BUILTIN = "lightgbm lambdarank (built in)"
+TREES = {"learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20, "verbosity": -1,
+         "deterministic": True, "seed": 0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case labels")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rounds-per-fit", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=5, help="gradient calls averaged per repetition")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", help="also write the medians as JSON here")
+    args = parser.parse_args()
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown cases {unknown}; known: {list(CASES)}")
+    if BUILTIN not in cases:
+        cases.insert(0, BUILTIN)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+    import lightgbm as lgb
+    import numpy as np
+    import torch
+
+    from smoothrank.boosting import boosting_gradients, lightgbm_objective
+    from smoothrank.datasets import load_mq2008
+
+    torch.set_num_threads(args.threads)
+    train = load_mq2008(fold=1, split="train")
+    features, labels = np.asarray(train.features), np.asarray(train.labels, dtype=np.float64)
+    sizes = np.asarray(train.list_sizes)
+    scores = np.random.default_rng(0).normal(size=labels.shape[0])
+    params = {**TREES, "num_threads": args.threads}
+
+    def fit_seconds(objective: object) -> float:
+        data = lgb.Dataset(features, label=labels, group=sizes, params=params).construct()  # binning: untimed
+        started = time.perf_counter()
+        lgb.train({**params, "objective": objective}, data, num_boost_round=args.rounds_per_fit)
+        return (time.perf_counter() - started) / args.rounds_per_fit
+
+    timings: dict[str, dict[str, list[float]]] = {c: {"gradients": [], "round": [], "ratio": []}
+                                                  for c in cases}
+    for _ in range(args.reps):
+        builtin = fit_seconds("lambdarank")
+        timings[BUILTIN]["round"].append(builtin)
+        timings[BUILTIN]["ratio"].append(1.0)
+        for case in cases:
+            loss, hessian, options = CASES[case]
+            if loss is None:
+                continue
+            boosting_gradients(loss, scores, labels, sizes, hessian=hessian, **options)  # warm-up
+            started = time.perf_counter()
+            for _ in range(args.calls):
+                boosting_gradients(loss, scores, labels, sizes, hessian=hessian, **options)
+            timings[case]["gradients"].append((time.perf_counter() - started) / args.calls)
+            per_round = fit_seconds(lightgbm_objective(loss, hessian=hessian, **options))
+            timings[case]["round"].append(per_round)
+            timings[case]["ratio"].append(per_round / builtin)
+
+    medians = {c: {k: statistics.median(v) if v else None for k, v in t.items()} for c, t in timings.items()}
+    print(f"MQ2008 Fold1 train ({train.n_queries} queries, {train.n_docs} documents), "
+          f"{args.threads} thread(s), median of {args.reps}, {args.rounds_per_fit} rounds a fit")
+    print("| objective | hessian | gradients (ms) | boosting round (ms) | x built-in lambdarank |")
+    print("|---|---|---|---|---|")
+    for case in cases:
+        m, hessian = medians[case], CASES[case][1] or "LambdaMART's"
+        grads = "-" if m["gradients"] is None else f"{1000 * m['gradients']:.1f}"
+        print(f"| {case} | {hessian} | {grads} | {1000 * m['round']:.1f} | {m['ratio']:.1f} |")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"threads": args.threads, "reps": args.reps, "medians": medians}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
