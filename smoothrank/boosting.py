@@ -42,12 +42,13 @@ default), a batch of similar-length queries at a time, and handed back as float6
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from smoothrank.data.batching import length_buckets
 from smoothrank.errors import SmoothrankError
 
 __all__ = ["HESSIANS", "boosting_gradients", "check_objective", "lgbm_ranker_objective", "lightgbm_objective",
@@ -101,19 +102,6 @@ def _sizes(group_sizes: Any, n_docs: int) -> np.ndarray:
     return sizes
 
 
-def _query_batches(sizes: np.ndarray, chunk_items: int) -> Iterator[np.ndarray]:
-    """Query indices in batches of similar length, each padded to at most ``chunk_items`` slots
-    (or one query, if it is longer)."""
-    order = np.argsort(sizes, kind="stable")
-    start = 0
-    while start < order.shape[0]:
-        stop = start + 1
-        while stop < order.shape[0] and (stop + 1 - start) * sizes[order[stop]] <= chunk_items:
-            stop += 1
-        yield order[start:stop]
-        start = stop
-
-
 def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any, group_sizes: Any, *,
                        weights: Any = None, hessian: str = "constant", min_hessian: float = 1e-6,
                        dtype: torch.dtype = torch.float64, device: str | torch.device | None = None,
@@ -151,7 +139,8 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     sizes = _sizes(group_sizes, s.shape[0])
     offsets = np.concatenate(([0], np.cumsum(sizes)))
     grad, hess = np.zeros_like(s), np.zeros_like(s)
-    for queries in _query_batches(sizes, chunk_items):
+    for group in length_buckets(sizes, max_items=chunk_items):
+        queries = np.asarray(group)
         width = int(sizes[queries].max())
         pos = np.arange(width)
         mask_np = pos[None, :] < sizes[queries][:, None]

@@ -256,3 +256,16 @@ def test_read_predictions_errors(tmp_path):
     with pytest.raises(SmoothrankError, match="not finite"):
         write_predictions(tmp_path / "q.txt", [1.0, float("nan")])
     assert not (tmp_path / "q.txt").exists() and not list(tmp_path.glob(".*tmp"))
+
+
+def test_length_buckets_group_sorted_queries_within_both_limits():
+    from smoothrank.data import length_buckets
+
+    sizes = np.array([5, 1, 9, 3, 3, 40, 2])
+    groups = list(length_buckets(sizes, max_items=12))
+    assert sorted(q for g in groups for q in g) == list(range(7))  # every query once
+    assert [[int(sizes[q]) for q in g] for g in groups] == [[1, 2, 3, 3], [5], [9], [40]]
+    assert all(len(g) * max(sizes[g]) <= 12 or len(g) == 1 for g in groups)
+    assert [len(g) for g in length_buckets(sizes, batch_size=2, max_items=1 << 16)] == [2, 2, 2, 1]
+    with pytest.raises(SmoothrankError, match="max_items"):
+        list(length_buckets(sizes, max_items=0))

@@ -3,7 +3,7 @@
 See ``docs/data.md`` for the file formats, the reader's policies and the batch layout.
 """
 
-from smoothrank.data.batching import Batch, evaluation_batches, training_batches
+from smoothrank.data.batching import Batch, evaluation_batches, length_buckets, training_batches
 from smoothrank.data.dataset import Dataset, concat_datasets
 from smoothrank.data.letor import load_letor, parse_letor
 from smoothrank.data.predictions import read_predictions
@@ -14,6 +14,7 @@ __all__ = [
     "Dataset",
     "concat_datasets",
     "evaluation_batches",
+    "length_buckets",
     "load_letor",
     "parse_letor",
     "read_predictions",

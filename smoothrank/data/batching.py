@@ -174,25 +174,37 @@ def _width(positions: Sequence[np.ndarray], list_size: int, pad: str) -> int:
     return max(1, max(p.shape[0] for p in positions))
 
 
-def evaluation_batches(dataset: Dataset, *, batch_size: int = 64,
-                       max_items: int = 1 << 16) -> Iterator[Batch]:
-    """Full lists, bucketed by length so that one long query does not pad a whole batch.
+def length_buckets(sizes: np.ndarray, *, batch_size: int | None = None,
+                   max_items: int = 1 << 16) -> Iterator[list[int]]:
+    """Query indices grouped by list length, so that one long query does not pad a whole batch.
 
-    Queries are sorted by length (stable) and grouped greedily: a batch holds at most
-    ``batch_size`` queries and at most ``max_items`` padded positions (a single list longer
-    than ``max_items`` forms its own batch). Each batch is as wide as its longest list. Every
-    query appears exactly once; ``Batch.query_index`` says which.
+    Queries are sorted by length (stable) and grouped greedily: a group holds at most
+    ``batch_size`` queries (no limit: None) and at most ``max_items`` padded positions (a single
+    list longer than ``max_items`` forms its own group); its width is its last (longest) list.
     """
-    batch_size = _check_positive(batch_size, "batch_size")
     max_items = _check_positive(max_items, "max_items")
-    sizes = dataset.list_sizes
-    order = np.argsort(sizes, kind="stable").tolist()
+    limit = _check_positive(batch_size, "batch_size") if batch_size is not None else len(sizes)
     group: list[int] = []
-    for q in order:
+    for q in np.argsort(sizes, kind="stable").tolist():
         width = int(sizes[q])  # sorted ascending: the newcomer is the widest
-        if group and (len(group) == batch_size or (len(group) + 1) * width > max_items):
-            yield _fill(dataset, group, [np.arange(sizes[g]) for g in group], int(sizes[group[-1]]))
+        if group and (len(group) == limit or (len(group) + 1) * width > max_items):
+            yield group
             group = []
         group.append(q)
     if group:
+        yield group
+
+
+def evaluation_batches(dataset: Dataset, *, batch_size: int = 64,
+                       max_items: int = 1 << 16) -> Iterator[Batch]:
+    """Full lists, bucketed by length (:func:`length_buckets`) so that one long query does not pad
+    a whole batch.
+
+    A batch holds at most ``batch_size`` queries and at most ``max_items`` padded positions (a
+    single list longer than ``max_items`` forms its own batch). Each batch is as wide as its
+    longest list. Every query appears exactly once; ``Batch.query_index`` says which.
+    """
+    batch_size = _check_positive(batch_size, "batch_size")
+    sizes = dataset.list_sizes
+    for group in length_buckets(sizes, batch_size=batch_size, max_items=max_items):
         yield _fill(dataset, group, [np.arange(sizes[g]) for g in group], int(sizes[group[-1]]))
