@@ -153,7 +153,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
         # A query whose loss ignores its scores gets no Hessian either (LambdaMART's convention).
         live = (g_np != 0).any(-1, keepdims=True)
         if h_b is None:
-            h_np = np.where(live, 1.0, 0.0) * np.ones_like(g_np)
+            h_np = np.where(live, np.ones_like(g_np), 0.0)
         else:
             diag = np.abs(h_b.detach().to("cpu", torch.float64).numpy())
             live |= (diag != 0).any(-1, keepdims=True)
@@ -255,8 +255,8 @@ def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constan
 
     The query boundaries come from the ``DMatrix``'s ``qid`` (or ``group``), its rows sorted by
     query as XGBoost requires; labels from its ``label``, and weights from its ``weight`` (one per
-query, as XGBoost's ranking objectives take them, or one per row). Give the
-    booster ``base_score: 0`` so that every list starts tied at 0 and the intercept does not move.
+    query, as XGBoost's ranking objectives take them, or one per row). Give the booster
+    ``base_score: 0`` so that every list starts tied at 0 and the intercept does not move.
     """
     fn = _bind(loss, options)
     check_objective(fn, hessian=hessian, min_hessian=min_hessian)
