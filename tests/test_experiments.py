@@ -208,6 +208,25 @@ def test_gbdt_rejects_reserved_params(letor_files):
         fit_gbdt(train, None, library="lightgbm", objective="rank:ndcg")
 
 
+@pytest.mark.parametrize("constraints", [[[100]], [[0], [46]], "[0,1],[46]", [[0, -1]], [["f1"]], [3], 7])
+def test_lightgbm_interaction_constraints_beyond_the_features_are_refused(letor_files, constraints):
+    """LightGBM 4.7 segfaults in training on a constraint group of features the data lacks (seen on
+    MQ2008 with ``[[100]]``): refused before training, naming the parameter and the feature range."""
+    train = load_letor(letor_files / "train.txt")
+    message = r"params\.interaction_constraints: .*(feature index|list of lists)"
+    with pytest.raises(ConfigError, match=message):
+        fit_gbdt(train, None, library="lightgbm", objective="lambdarank", num_boost_round=2,
+                 params={"interaction_constraints": constraints})
+
+
+@pytest.mark.parametrize("constraints", [[[0, 1], [2]], "[0,1],[2]"])
+def test_lightgbm_interaction_constraints_within_the_features_train(letor_files, constraints):
+    train = load_letor(letor_files / "train.txt")
+    fitted = fit_gbdt(train, None, library="lightgbm", objective="lambdarank", num_boost_round=3,
+                      params={"interaction_constraints": constraints, "min_data_in_leaf": 2})
+    assert np.isfinite(fitted.predict(train)).all()
+
+
 @pytest.mark.parametrize(("objective", "ndcg1", "ndcg3"), [("lambdarank", 0.5674, 0.578),
                                                            ("rank_xendcg", 0.6211, 0.6253)])
 def test_lightgbm_example_thresholds(shared_dir, objective, ndcg1, ndcg3):
@@ -561,6 +580,24 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
     write_json(other / "runs" / "a-1" / "result.json", {**_fake("a", 1, b[1], 0.5), "dataset": "mslr"})
     assert cli_main(["compare", str(tmp_path), "a", "a", "--b-out", str(other)]) == 2
     assert "pair only on the same data" in capsys.readouterr().err
+
+
+def test_compare_pairs_queries_within_a_dataset():
+    """Two datasets of one experiment with the same folds and query ids (e.g. MQ2007 and MQ2008):
+    a query of one dataset never pairs with the same id of the other."""
+    from scipy.stats import ttest_rel
+
+    rng = np.random.default_rng(5)
+    values = {(m, d): rng.uniform(size=20).round(3).tolist() for m in "ab" for d in ("mq2007", "mq2008")}
+    results = [{**_fake(m, 1, values[(m, d)], 0.5), "dataset": d} for m in "ab" for d in ("mq2007", "mq2008")]
+    test = compare_methods(results, "a", "b", metrics=["ndcg@1"])["ndcg@1"]
+    reference = ttest_rel(values[("a", "mq2007")] + values[("a", "mq2008")],
+                          values[("b", "mq2007")] + values[("b", "mq2008")])
+    assert test.n == 40 and test.pvalue == pytest.approx(reference.pvalue, rel=1e-6)
+    # b run on the other dataset only: no common query, although folds and query ids agree.
+    only = [r for r in results if (r["method"], r["dataset"]) in {("a", "mq2007"), ("b", "mq2008")}]
+    with pytest.raises(SmoothrankError, match="no common test queries"):
+        compare_methods(only, "a", "b", metrics=["ndcg@1"])
 
 
 def test_compare_states_the_metric_convention(tmp_path, capsys):

@@ -5,7 +5,7 @@ difference over the two methods' common test queries, t and the two-sided p-valu
 convention (letor4, lightgbm, trec) the runs were scored under (header line; a ``convention``
 key in each metric's JSON object). With
 ``--b-out OUT_B`` the second method comes from another experiment on the same data (e.g. a linear
-scorer of one grid against an MLP of another): queries are paired on (fold, query id), and the two
+scorer of one grid against an MLP of another): queries are paired on (dataset, fold, query id), and the two
 experiments must share the dataset names and the metric convention.
 """
 

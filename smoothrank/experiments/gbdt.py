@@ -31,7 +31,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,6 +276,34 @@ def _check_labels(dataset: Any, split: str, *, library: str, objective: str,
                           f"relevance labels {levels}{hint}")
 
 
+def _check_interaction_constraints(params: Mapping[str, Any], *, n_features: int) -> None:
+    """Refuse LightGBM ``interaction_constraints`` that name features the data lacks.
+
+    LightGBM 4.7 does not check them: a group of only such features kills the process with a
+    segmentation fault in training (on MQ2008, ``[[100]]`` or ``[[0], [46]]``), and a mixed group is
+    silently trimmed. Feature indices are 0-based here as in LightGBM.
+    """
+    groups = params.get("interaction_constraints")
+    if groups is None:
+        return
+    shape = "a list of lists of 0-based feature indices"
+    if isinstance(groups, str):  # LightGBM's own text form, "[0,1],[2,3]"
+        try:
+            texts = re.findall(r"\[([^\]]*)\]", groups)
+            groups = [[int(i) for i in text.split(",") if i.strip()] for text in texts]
+        except ValueError:
+            raise ConfigError(f"params.interaction_constraints: expected {shape}, got {groups!r}") from None
+    if not isinstance(groups, Sequence):
+        raise ConfigError(f"params.interaction_constraints: expected {shape}, got {groups!r}")
+    for group in groups:
+        if isinstance(group, str) or not isinstance(group, Sequence):
+            raise ConfigError(f"params.interaction_constraints: expected {shape}, got the group {group!r}")
+        for index in group:
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_features:
+                raise ConfigError(f"params.interaction_constraints: feature {index!r} is not a feature index "
+                                  f"of the training data (0..{n_features - 1})")
+
+
 def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
              params: Mapping[str, Any] | None = None, num_boost_round: int = 500,
              early_stopping_rounds: int | None = 50, eval_at: int = 10, seed: int = 0,
@@ -308,6 +336,8 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
         for split, dataset in (("train", train), ("valid", valid)):
             if dataset is not None:
                 _check_labels(dataset, split, library=library, objective=objective, params=params or {})
+    if library == "lightgbm":
+        _check_interaction_constraints(params or {}, n_features=int(train.features.shape[1]))
     module = _import(library)
     fit = _fit_lightgbm if library == "lightgbm" else _fit_xgboost
     custom = None

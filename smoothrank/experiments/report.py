@@ -3,7 +3,7 @@
 Aggregation: for each (dataset, method, split, metric), the values of the seeds of one fold are
 averaged first, then the mean and the sample standard deviation (ddof = 1) are taken over the
 folds. The t-test pairs the per-query test values of a method with those of the spec's
-baseline on the same (fold, query), seeds averaged per query, all folds pooled (on MQ2008 the
+baseline on the same (dataset, fold, query), seeds averaged per query, all folds pooled (on MQ2008 the
 five test folds partition the 784 queries, so each query counts once).
 
 Seed ensembles and blends (``kind`` "ensemble", method ``<method>+ens<N>`` or the blend's label) are
@@ -42,13 +42,16 @@ def _num(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
-def _per_query(results: Iterable[dict[str, Any]], metric: str) -> dict[tuple[Any, str], float]:
-    """(fold, qid) -> test value of ``metric``, averaged over seeds."""
-    acc: dict[tuple[Any, str], list[float]] = defaultdict(list)
+def _per_query(results: Iterable[dict[str, Any]], metric: str) -> dict[tuple[Any, Any, str], float]:
+    """(dataset, fold, qid) -> test value of ``metric``, averaged over seeds.
+
+    The dataset is part of the key: two datasets of one experiment may share fold numbers and
+    query ids (e.g. MQ2007 and MQ2008), and their queries must not pair with each other."""
+    acc: dict[tuple[Any, Any, str], list[float]] = defaultdict(list)
     for r in results:
         pq = r.get("per_query") or {}
         for qid, value in zip(pq.get("qids", []), pq.get(metric, []), strict=False):
-            acc[(r["fold"], qid)].append(_num(value))
+            acc[(r.get("dataset"), r["fold"], qid)].append(_num(value))
     return {key: float(np.nanmean(v)) if not all(math.isnan(x) for x in v) else math.nan
             for key, v in acc.items()}
 
@@ -156,7 +159,7 @@ def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: 
                     metrics: Sequence[str] | None = None) -> dict[str, TTest]:
     """Paired t-test of ``method_a - method_b`` per metric, over their common test queries.
 
-    Pairs are the per-query test values on the same (fold, query), seeds averaged per query, all
+    Pairs are the per-query test values on the same (dataset, fold, query), seeds averaged per query, all
     folds pooled: the same test as the summary's baseline column, between any two methods.
     ``metrics`` defaults to those both methods' runs stored; others are an error, and so are two
     methods without a common test query (e.g. run on other test files).
@@ -168,14 +171,15 @@ def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: 
     if problem is not None:
         raise SmoothrankError(f"metrics: {problem}")
     if not set(_queries(runs_a)) & set(_queries(runs_b)):
-        raise SmoothrankError(f"{method_a} and {method_b} have no common test queries (fold, query id): "
-                              "their runs were not tested on the same data")
+        raise SmoothrankError(f"{method_a} and {method_b} have no common test queries (dataset, fold, "
+                              "query id): their runs were not tested on the same data")
     return {metric: _compare(runs_a, runs_b, metric) for metric in metrics}
 
 
-def _queries(runs: Iterable[dict[str, Any]]) -> list[tuple[Any, str]]:
-    """The (fold, query id) of every stored per-query test value of ``runs``."""
-    return [(r["fold"], qid) for r in runs for qid in (r.get("per_query") or {}).get("qids", [])]
+def _queries(runs: Iterable[dict[str, Any]]) -> list[tuple[Any, Any, str]]:
+    """The (dataset, fold, query id) of every stored per-query test value of ``runs``."""
+    return [(r.get("dataset"), r["fold"], qid)
+            for r in runs for qid in (r.get("per_query") or {}).get("qids", [])]
 
 
 # ------------------------------------------------------------------------------ formatting

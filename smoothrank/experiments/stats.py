@@ -3,7 +3,7 @@ the adjustment of p-values for comparing many methods against one baseline.
 
 The SoftRank paper (Taylor et al., WSDM 2008, section 5) calls a difference significant under a
 paired t-test at the 5% level, pairing the two systems' metric values query by query. Here the
-pairs are the per-query test values of two methods on the same (fold, query); a query scored by
+pairs are the per-query test values of two methods on the same (dataset, fold, query); a query scored by
 one method only, or skipped (NaN) by the convention, is left out.
 """
 
