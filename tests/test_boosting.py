@@ -90,9 +90,74 @@ def test_the_diagonal_hessian_is_the_absolute_diagonal_of_autograds_hessian(prob
     assert live.sum() >= SIZES.sum() - SIZES[4] - SIZES[1]
 
 
+def _queries() -> list[slice]:
+    ends = SIZES.cumsum()
+    return [slice(int(e - n), int(e)) for n, e in zip(SIZES, ends, strict=True)]
+
+
+@pytest.mark.parametrize("name", TWICE_DIFFERENTIABLE)
+def test_the_curvature_is_the_gradient_directions_curvature_under_autograds_hessian(problem, name):
+    """``hessian="curvature"``: every document of a query gets |ghat^T H ghat|, ghat the query's unit
+    gradient, with H autograd's exact Hessian (to the central differences' O(eps^2) over eps = 0.01)."""
+    scores, labels = problem
+    full = torch.autograd.functional.hessian(lambda s: _total(name, s, labels), torch.tensor(scores)).numpy()
+    grad, hess = boosting_gradients(name, scores, labels, SIZES, hessian="curvature", min_hessian=1e-12)
+    for q in _queries():
+        g = grad[q]
+        if not g.any():
+            assert not hess[q].any()  # a query the loss ignores: no pull, no weight
+            continue
+        d = g / np.linalg.norm(g)
+        expected = max(abs(d @ full[q, q] @ d), 1e-12)
+        np.testing.assert_allclose(hess[q], expected, rtol=1e-3, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed", "soft_ndcg"])
+def test_the_curvature_of_a_hand_differentiated_loss_is_its_secant_from_the_loss_value(problem, name):
+    """NeuralNDCG and SoftNDCG have hand-written first derivatives (no double backward), and
+    Sinkhorn's stopping tolerance makes NeuralNDCG's derivative kinked at small scales: the curvature
+    is the documented secant, (f'(eps) - f'(-eps)) / (2 eps) along the unit gradient with eps =
+    0.01 max(1, max|s_q|). Here f' comes from float64 differences of the loss *value*, so the
+    check uses none of the losses' derivative code."""
+    scores, labels = problem
+    grad, hess = boosting_gradients(name, scores, labels, SIZES, hessian="curvature", min_hessian=1e-12)
+    fn = losses.get(name)
+    for q in _queries():
+        if not grad[q].any():
+            continue
+        d = grad[q] / np.linalg.norm(grad[q])
+        lab = torch.as_tensor(labels[q])[None]
+        eps, h = 1e-2 * max(1.0, np.abs(scores[q]).max()), 1e-6
+
+        def slope(t: float, q=q, d=d, lab=lab, h=h) -> float:
+            up, down = (fn(torch.tensor(scores[q] + x * d)[None], lab, reduction="sum")
+                        for x in (t + h, t - h))
+            return float(up - down) / (2 * h)
+
+        secant = (slope(eps) - slope(-eps)) / (2 * eps)
+        np.testing.assert_allclose(hess[q], max(abs(secant), 1e-12), rtol=1e-4, atol=1e-6)
+
+
+def test_the_curvature_of_a_loss_that_draws_is_differenced_at_fixed_draws():
+    """ListMLE breaks label ties at random: the three gradient passes replay one draw, so the
+    curvature is that of one sampled permutation's likelihood (finite, positive, and the same for a
+    seed), not the difference of two independent samples."""
+    rng = np.random.default_rng(1)
+    sizes = np.array([6, 9, 4])
+    scores, labels = rng.normal(size=sizes.sum()), rng.integers(0, 2, size=sizes.sum()).astype(float)
+    torch.manual_seed(0)
+    first = boosting_gradients("list_mle", scores, labels, sizes, hessian="curvature")
+    torch.manual_seed(0)
+    again = boosting_gradients("list_mle", scores, labels, sizes, hessian="curvature")
+    np.testing.assert_array_equal(first[1], again[1])
+    # ListMLE is convex in the scores, so a fixed permutation's curvature is positive, and bounded by
+    # the sum of its n - 1 softmax covariances' largest eigenvalues (each at most 1/2).
+    assert (first[1] > 1e-3).all() and (first[1] <= np.repeat(sizes - 1, sizes) / 2).all()
+
+
 def test_a_query_without_a_relevant_document_neither_pulls_nor_dilutes_a_leaf(problem):
     scores, labels = problem
-    for hessian in ("constant", "diagonal"):
+    for hessian in ("constant", "diagonal", "curvature"):
         name = "approx_ndcg"
         grad, hess = boosting_gradients(name, scores, labels, SIZES, hessian=hessian)
         assert not grad[16:20].any() and not hess[16:20].any()
@@ -125,9 +190,10 @@ def test_ties_huge_scores_and_a_single_document_give_finite_values():
     labels = np.array([2.0, 1.0, 0.0, 1.0, 0.0])
     for scores in (np.zeros(5), np.array([1e30, -1e30, 0.0, 1e30, 3.0])):
         for name in [*DETERMINISTIC, "list_mle"]:
-            grad, hess = boosting_gradients(name, scores, labels, [4, 1])
-            assert np.isfinite(grad).all() and np.isfinite(hess).all(), name
-            assert grad[4] == 0.0  # one document: nothing to rank
+            for hessian in ("constant", "curvature"):
+                grad, hess = boosting_gradients(name, scores, labels, [4, 1], hessian=hessian)
+                assert np.isfinite(grad).all() and np.isfinite(hess).all(), (name, hessian)
+                assert grad[4] == 0.0 and hess[4] == 0.0  # one document: nothing to rank
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

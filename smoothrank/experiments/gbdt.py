@@ -7,9 +7,9 @@ Objectives:
 * XGBoost ``rank:pairwise`` (RankNet-style pairs) and ``rank:ndcg`` (LambdaMART).
 
 The objective may also be any registered smoothrank loss (``objective="neural_ndcg"``, with its
-``loss_options``): the booster then fits the loss's gradient and Hessian
-(:mod:`smoothrank.boosting`, ``hessian="constant"`` or ``"diagonal"``), so that trees optimise
-NeuralNDCG, SoftNDCG or any other surrogate directly.
+``loss_options``): the booster then fits the loss's gradient and Hessian (:mod:`smoothrank.boosting`,
+``hessian="constant"``, ``"diagonal"`` or ``"curvature"``), so that trees optimise NeuralNDCG,
+SoftNDCG or any other surrogate directly.
 
 Both libraries are optional dependencies, imported only when a baseline runs. Queries are passed
 as group sizes (LightGBM, PITFALLS 19) or per-row query indices on rows kept contiguous
