@@ -40,6 +40,11 @@ CASES = {  # label -> (loss or None for LightGBM's lambdarank, hessian, options)
     "rmse": ("rmse", "constant", {"n_levels": 3}),
     "lambda_rank-diag": ("lambda_rank", "diagonal", {}),
     "list_net-diag": ("list_net", "diagonal", {}),
+    "neural_ndcg-curv": ("neural_ndcg", "curvature", {}),
+    "soft_ndcg-curv": ("soft_ndcg", "curvature", {}),
+    "approx_ndcg-curv": ("approx_ndcg", "curvature", {}),
+    "list_net-curv": ("list_net", "curvature", {}),
+    "lambda_rank-curv": ("lambda_rank", "curvature", {}),
 }
 BUILTIN = "lightgbm lambdarank (built in)"
 TREES = {"learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20, "verbosity": -1,

@@ -55,6 +55,7 @@ default), a batch of similar-length queries at a time, and handed back as float6
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -158,6 +159,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     sizes = _sizes(group_sizes, s.shape[0])
     offsets = np.concatenate(([0], np.cumsum(sizes)))
     grad, hess = np.zeros_like(s), np.zeros_like(s)
+    flat_queries = live_queries = 0
     for group in length_buckets(sizes, max_items=chunk_items):
         queries = np.asarray(group)
         width = int(sizes[queries].max())
@@ -177,10 +179,22 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
             diag = np.abs(h_b.detach().to("cpu", torch.float64).numpy())
             live |= (diag != 0).any(-1, keepdims=True)
             h_np = np.where(live, np.maximum(diag, min_hessian), 0.0)
+            if hessian == "curvature":
+                flat_queries += int((live[:, 0] & (diag[:, 0] < min_hessian)).sum())
+                live_queries += int(live[:, 0].sum())
         grad[rows[mask_np]] = g_np[mask_np]
         hess[rows[mask_np]] = h_np[mask_np]
     if not (np.isfinite(grad).all() and np.isfinite(hess).all()):
         raise SmoothrankError(f"{_loss_name(fn)}: the gradient or Hessian is not finite at these scores")
+    # A few flat queries are harmless (a leaf weighs each query by its curvature); most of them flat
+    # leave the leaves' steps bounded by min_hessian alone.
+    if flat_queries and 2 * flat_queries >= live_queries:
+        # No counts in the text: one warning per call site, not one per boosting round.
+        warnings.warn(f"hessian='curvature': most queries of {_loss_name(fn)} have a curvature along their "
+                      f"gradient below min_hessian={min_hessian:g} (the loss is about linear along it, "
+                      "e.g. RMSE at tied scores), so their Newton step is bounded by min_hessian alone; use "
+                      "hessian='constant' or 'diagonal' for this loss, or a larger min_hessian",
+                      RuntimeWarning, stacklevel=2)
     if w is not None:
         grad, hess = grad * w, hess * w
     return grad, hess

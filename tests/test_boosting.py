@@ -5,6 +5,7 @@ the ``lambda_rank`` loss (PITFALLS 19 for the calling conventions)."""
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import numpy as np
 import pytest
@@ -155,6 +156,27 @@ def test_the_curvature_of_a_loss_that_draws_is_differenced_at_fixed_draws():
     assert (first[1] > 1e-3).all() and (first[1] <= np.repeat(sizes - 1, sizes) / 2).all()
 
 
+def test_a_loss_linear_along_its_gradient_is_warned_of_under_the_curvature_hessian():
+    """RMSE at tied scores is a cone along its gradient (the error vector only scales), so its
+    curvature there is about 0 and the Newton step along the gradient is bounded by min_hessian
+    alone: on MQ2008 every query's step was 1e5 score units, and the boosted model collapsed. The
+    caller is told when most queries are flat; a loss with curvature there, or a few flat queries
+    among many (a leaf weighs each query by its curvature), is not warned of."""
+    rng = np.random.default_rng(2)
+    sizes = np.array([5, 8])
+    labels = rng.integers(0, 3, size=sizes.sum()).astype(float)
+    with pytest.warns(RuntimeWarning, match="most queries of rmse have a curvature along their gradient"):
+        boosting_gradients("rmse", np.zeros(sizes.sum()), labels, sizes, hessian="curvature", n_levels=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("list_net", "list_mle", "neural_ndcg"):
+            boosting_gradients(name, np.zeros(sizes.sum()), labels, sizes, hessian="curvature")
+        # one saturated query (scores of +-1e30: no curvature left) beside two ordinary ones
+        mixed = np.r_[np.zeros(sizes.sum()), [1e30, -1e30, 0.0]]
+        boosting_gradients("list_net", mixed, np.r_[labels, [1.0, 0.0, 2.0]], [*sizes, 3],
+                           hessian="curvature")
+
+
 def test_a_query_without_a_relevant_document_neither_pulls_nor_dilutes_a_leaf(problem):
     scores, labels = problem
     for hessian in ("constant", "diagonal", "curvature"):
@@ -191,7 +213,10 @@ def test_ties_huge_scores_and_a_single_document_give_finite_values():
     for scores in (np.zeros(5), np.array([1e30, -1e30, 0.0, 1e30, 3.0])):
         for name in [*DETERMINISTIC, "list_mle"]:
             for hessian in ("constant", "curvature"):
-                grad, hess = boosting_gradients(name, scores, labels, [4, 1], hessian=hessian)
+                with warnings.catch_warnings():
+                    # saturated lists (scores of 1e30) have no curvature left: warned of, by design
+                    warnings.filterwarnings("ignore", "hessian='curvature'", RuntimeWarning)
+                    grad, hess = boosting_gradients(name, scores, labels, [4, 1], hessian=hessian)
                 assert np.isfinite(grad).all() and np.isfinite(hess).all(), (name, hessian)
                 assert grad[4] == 0.0 and hess[4] == 0.0  # one document: nothing to rank
 
