@@ -137,7 +137,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
         ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; needs a twice-differentiable loss)
         or ``"curvature"`` (the query's curvature along its gradient, floored at ``min_hessian``,
         for each of its documents; any loss, two more gradient passes)
-    min_hessian : the floor of the diagonal Hessian (> 0)
+    min_hessian : the floor of the diagonal and curvature Hessians (> 0)
     dtype, device : where the loss is computed
     chunk_items : padded slots per batch of similar-length queries (memory bound)
 

@@ -280,8 +280,8 @@ def _check_interaction_constraints(params: Mapping[str, Any], *, n_features: int
     """Refuse LightGBM ``interaction_constraints`` that name features the data lacks.
 
     LightGBM 4.7 does not check them: a group of only such features kills the process with a
-    segmentation fault in training (on MQ2008, ``[[100]]`` or ``[[0], [46]]``), and a mixed group is
-    silently trimmed. Feature indices are 0-based here as in LightGBM.
+    segmentation fault in training (on MQ2008, ``[[100]]`` or ``[[0, 1], [2, 3], [46]]``), and a
+    mixed group is silently trimmed. Feature indices are 0-based here as in LightGBM.
     """
     groups = params.get("interaction_constraints")
     if groups is None:
