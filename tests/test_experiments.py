@@ -730,6 +730,7 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
                                               ("mq2008_neuralndcg_recheck", 35),
                                               ("mq2008_boosting", 60), ("mq2008_boosting_lr", 150),
                                               ("mq2008_boosting_curvature", 95),
+                                              ("mq2008_stack_boosted", 225),
                                               ("lightgbm_example", 13),
                                               ("mslr_sample", 6)])
 def test_shipped_specs_are_valid(shared_dir, name, n_runs, monkeypatch):
