@@ -732,6 +732,7 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
                                               ("mq2008_boosting_curvature", 95),
                                               ("mq2008_stack_boosted", 225),
                                               ("lightgbm_example", 13),
+                                              ("lightgbm_example_boosting", 21),
                                               ("mslr_sample", 6)])
 def test_shipped_specs_are_valid(shared_dir, name, n_runs, monkeypatch):
     # The shipped specs must keep validating as the losses and the trainer evolve. Their file
