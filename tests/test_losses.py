@@ -114,6 +114,33 @@ def test_neural_ndcg_equals_unrolled_reference_float32(transposed: bool) -> None
     assert (s1.grad - s2.grad).norm() / s2.grad.norm() < 1e-4
 
 
+def test_neural_ndcg_and_transposed_converge_to_one_loss_on_the_whole_list() -> None:
+    """Without a cutoff both are g^T P d of one doubly stochastic P: they differ only by Sinkhorn's
+    stopping point, so they agree as Sinkhorn converges (and exactly at tied scores)."""
+    torch.manual_seed(0)
+    s = torch.randn(8, 20, dtype=F64)
+    y = torch.randint(0, 5, (8, 20)).to(F64)
+    mask = torch.arange(20)[None] < torch.randint(5, 21, (8, 1))
+
+    def value_and_grad(name: str, at: torch.Tensor, **opts: float) -> tuple[torch.Tensor, torch.Tensor]:
+        x = at.clone().requires_grad_(True)
+        v = losses.get(name, **opts)(x, y, mask=mask, reduction="none")
+        (g,) = torch.autograd.grad(v.sum(), x)
+        return v.detach(), g
+
+    gaps = []
+    for max_iter in (30, 300):
+        v1, g1 = value_and_grad("neural_ndcg", s, max_iter=max_iter, tol=1e-12)
+        v2, g2 = value_and_grad("neural_ndcg_transposed", s, max_iter=max_iter, tol=1e-12)
+        gaps.append(((v1 - v2).abs().max().item(), (g1 - g2).abs().max().item()))
+    assert gaps[1][0] < 1e-10 and gaps[1][1] < 1e-9
+    assert gaps[0][0] > 10 * gaps[1][0]  # the default 30 iterations leave a visible gap
+    v1, g1 = value_and_grad("neural_ndcg", torch.zeros_like(s))
+    v2, g2 = value_and_grad("neural_ndcg_transposed", torch.zeros_like(s))
+    torch.testing.assert_close(v1, v2, rtol=0, atol=1e-12)
+    torch.testing.assert_close(g1, g2, rtol=0, atol=1e-12)
+
+
 def test_transposed_linear_gain_is_normalised_with_the_same_gain() -> None:
     """PITFALL 2: NeuralNDCG^T with linear gains divided by the exp2 ideal DCG."""
     s = torch.tensor([[3.0, 2.0, 1.0, 0.0]], dtype=F64)
