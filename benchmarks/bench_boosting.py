@@ -40,6 +40,17 @@ CASES = {  # label -> (loss or None for LightGBM's lambdarank, hessian, options)
     "rmse": ("rmse", "constant", {"n_levels": 3}),
     "lambda_rank-diag": ("lambda_rank", "diagonal", {}),
     "list_net-diag": ("list_net", "diagonal", {}),
+    "list_mle-diag": ("list_mle", "diagonal", {}),
+    "approx_ndcg-diag": ("approx_ndcg", "diagonal", {}),
+    "rank_net-diag": ("rank_net", "diagonal", {}),
+    "rmse-diag": ("rmse", "diagonal", {"n_levels": 3}),
+    # the diagonal with one list position per backward pass (smoothrank before 2026-11-24)
+    "lambda_rank-diag-1pos": ("lambda_rank", "diagonal", {}),
+    "list_net-diag-1pos": ("list_net", "diagonal", {}),
+    "list_mle-diag-1pos": ("list_mle", "diagonal", {}),
+    "approx_ndcg-diag-1pos": ("approx_ndcg", "diagonal", {}),
+    "rank_net-diag-1pos": ("rank_net", "diagonal", {}),
+    "rmse-diag-1pos": ("rmse", "diagonal", {"n_levels": 3}),
     "neural_ndcg-curv": ("neural_ndcg", "curvature", {}),
     "soft_ndcg-curv": ("soft_ndcg", "curvature", {}),
     "approx_ndcg-curv": ("approx_ndcg", "curvature", {}),
@@ -72,6 +83,7 @@ def main() -> None:
     import numpy as np
     import torch
 
+    from smoothrank import boosting
     from smoothrank.boosting import boosting_gradients, lightgbm_objective
     from smoothrank.datasets import load_mq2008
 
@@ -98,6 +110,7 @@ def main() -> None:
             loss, hessian, options = CASES[case]
             if loss is None:
                 continue
+            boosting._DIAG_BLOCK = 1 if case.endswith("-1pos") else 0
             boosting_gradients(loss, scores, labels, sizes, hessian=hessian, **options)  # warm-up
             started = time.perf_counter()
             for _ in range(args.calls):

@@ -16,7 +16,8 @@ constant Hessian the trees follow the plain gradient (first-order boosting, whic
 every loss); ``"diagonal"`` is the exact diagonal of the Hessian, taken in absolute value as in
 saddle-free Newton (Dauphin et al. 2014) since the NDCG surrogates are not convex. It needs a
 loss that autograd can differentiate twice (``list_net``, ``list_mle``, ``approx_ndcg``,
-``rank_net``, ``lambda_rank``, ``rmse``) and costs one extra backward pass per list position.
+``rank_net``, ``lambda_rank``, ``rmse``) and costs one extra backward pass per list position
+(blocks of positions share one vectorised pass).
 For ``lambda_rank`` it is LambdaMART's own Hessian, ``sigma^2 sum_j |Delta NDCG_ij| rho_ij
 (1 - rho_ij)``, so ``lambda_rank`` with ``hessian="diagonal"`` reproduces LightGBM's
 ``lambdarank`` objective (with ``lambdarank_norm=false`` and no truncation), as the tests check.
@@ -76,6 +77,12 @@ _CHUNK_ITEMS = 1 << 10  # padded (query, position) slots per batch of queries (f
 # of the size a boosting round takes. Smaller steps drown in the losses' own error: Sinkhorn stops at
 # a tolerance (1e-6), so NeuralNDCG's gradient is piecewise smooth at that level.
 _CURVATURE_STEP = 1e-2
+# The diagonal Hessian takes one backward pass per list position; a block of positions shares one
+# vectorised pass. Blocks are sized as if the loss were pairwise (block * rows * width^2 slots), which
+# bounds the memory of the quadratic losses; 2^18 was fastest for every twice-differentiable loss
+# on MQ2008 (1.3-2.6x one position a pass; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes the block.
+_DIAG_PAIR_BUDGET = 1 << 18
+_DIAG_BLOCK = 0
 
 
 def _bind(loss: str | Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
@@ -215,14 +222,43 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
     if not grad.requires_grad:
         raise SmoothrankError(f"hessian='diagonal': {_loss_name(fn)} is not twice differentiable here; "
                               "use hessian='constant'")
-    # Queries are independent, so the Hessian is block-diagonal over the rows: one backward pass of
+    n_rows, width = scores.shape
+    block = _DIAG_BLOCK or max(1, min(width, _DIAG_PAIR_BUDGET // (n_rows * width * width)))
+    return grad.detach(), _hessian_diagonal(grad, scores, block)
+
+
+def _hessian_diagonal(grad: torch.Tensor, scores: torch.Tensor, block: int) -> torch.Tensor:
+    """d grad_ij / d s_ij for every (query i, position j), from a differentiable ``grad``."""
+    try:
+        return _diagonal_in_blocks(grad, scores, block)
+    except RuntimeError:
+        if block == 1:
+            raise
+        # A loss with an op that vmap cannot batch: one position per backward pass.
+        return _diagonal_in_blocks(grad, scores, 1)
+
+
+def _diagonal_in_blocks(grad: torch.Tensor, scores: torch.Tensor, block: int) -> torch.Tensor:
+    # Queries are independent, so the Hessian is block-diagonal over the rows: the backward pass of
     # position j of every row gives row j of each query's Hessian, whose j-th entry is the diagonal.
+    # ``block`` positions share one vectorised backward pass (is_grads_batched).
+    n_rows, width = scores.shape
     diag = torch.zeros_like(scores)
-    for j in range(scores.shape[-1]):
-        (row,) = torch.autograd.grad(grad[:, j].sum(), scores, retain_graph=True, allow_unused=True)
-        if row is not None:
-            diag[:, j] = row[:, j]
-    return grad.detach(), diag
+    eye = torch.eye(width, dtype=scores.dtype, device=scores.device)
+    for start in range(0, width, block):
+        stop = min(start + block, width)
+        tangents = eye[start:stop, None, :].expand(stop - start, n_rows, width)
+        if block == 1:
+            (rows,) = torch.autograd.grad(grad, scores, grad_outputs=tangents[0], retain_graph=True,
+                                          allow_unused=True)
+            rows = None if rows is None else rows[None]
+        else:
+            (rows,) = torch.autograd.grad(grad, scores, grad_outputs=tangents, retain_graph=True,
+                                          allow_unused=True, is_grads_batched=True)
+        if rows is not None:
+            k = torch.arange(stop - start, device=scores.device)
+            diag[:, start:stop] = rows[k, :, start + k].T
+    return diag
 
 
 def _batch_grad_curvature(fn: Callable[..., Any], scores: torch.Tensor, labels: torch.Tensor,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from smoothrank import losses
+from smoothrank import boosting, losses
 from smoothrank.boosting import (
     boosting_gradients,
     lgbm_ranker_objective,
@@ -78,8 +78,12 @@ def test_the_gradient_matches_float64_finite_differences(problem, name):
         assert grad[i] == pytest.approx(float(numeric), abs=1e-6), i
 
 
+@pytest.mark.parametrize("block", [1, 3, 64])
 @pytest.mark.parametrize("name", TWICE_DIFFERENTIABLE)
-def test_the_diagonal_hessian_is_the_absolute_diagonal_of_autograds_hessian(problem, name):
+def test_the_diagonal_hessian_is_the_absolute_diagonal_of_autograds_hessian(problem, name, block,
+                                                                           monkeypatch):
+    # block: list positions per vectorised backward pass, one to more than the longest list
+    monkeypatch.setattr(boosting, "_DIAG_BLOCK", block)
     scores, labels = problem
     full = torch.autograd.functional.hessian(lambda s: _total(name, s, labels), torch.tensor(scores)).numpy()
     grad, hess = boosting_gradients(name, scores, labels, SIZES, hessian="diagonal", min_hessian=1e-9)
@@ -89,6 +93,24 @@ def test_the_diagonal_hessian_is_the_absolute_diagonal_of_autograds_hessian(prob
     # what is left out is a query whose loss ignores its scores: no gradient, no curvature
     assert not grad[~live].any() and not np.diag(full)[~live].any()
     assert live.sum() >= SIZES.sum() - SIZES[4] - SIZES[1]
+
+
+def test_the_diagonal_falls_back_to_one_position_a_pass_when_vmap_cannot_batch(problem, monkeypatch):
+    scores, labels = problem
+    expected = boosting_gradients("list_net", scores, labels, SIZES, hessian="diagonal")[1]
+    real_grad = torch.autograd.grad
+    batched_calls = []
+
+    def grad_without_vmap(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            batched_calls.append(1)
+            raise RuntimeError("vmap: no batching rule")  # as for an op without one
+        return real_grad(*args, **kwargs)
+
+    monkeypatch.setattr(boosting.torch.autograd, "grad", grad_without_vmap)
+    got = boosting_gradients("list_net", scores, labels, SIZES, hessian="diagonal")[1]
+    assert batched_calls  # the vectorised pass was tried first
+    np.testing.assert_array_equal(got, expected)
 
 
 def _queries() -> list[slice]:
