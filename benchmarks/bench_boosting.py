@@ -38,25 +38,17 @@ CASES = {  # label -> (loss or None for LightGBM's lambdarank, hessian, options)
     "rank_net": ("rank_net", "constant", {}),
     "lambda_rank": ("lambda_rank", "constant", {}),
     "rmse": ("rmse", "constant", {"n_levels": 3}),
-    "lambda_rank-diag": ("lambda_rank", "diagonal", {}),
-    "list_net-diag": ("list_net", "diagonal", {}),
-    "list_mle-diag": ("list_mle", "diagonal", {}),
-    "approx_ndcg-diag": ("approx_ndcg", "diagonal", {}),
-    "rank_net-diag": ("rank_net", "diagonal", {}),
-    "rmse-diag": ("rmse", "diagonal", {"n_levels": 3}),
-    # the diagonal with one list position per backward pass (smoothrank before 2026-11-24)
-    "lambda_rank-diag-1pos": ("lambda_rank", "diagonal", {}),
-    "list_net-diag-1pos": ("list_net", "diagonal", {}),
-    "list_mle-diag-1pos": ("list_mle", "diagonal", {}),
-    "approx_ndcg-diag-1pos": ("approx_ndcg", "diagonal", {}),
-    "rank_net-diag-1pos": ("rank_net", "diagonal", {}),
-    "rmse-diag-1pos": ("rmse", "diagonal", {"n_levels": 3}),
     "neural_ndcg-curv": ("neural_ndcg", "curvature", {}),
     "soft_ndcg-curv": ("soft_ndcg", "curvature", {}),
     "approx_ndcg-curv": ("approx_ndcg", "curvature", {}),
     "list_net-curv": ("list_net", "curvature", {}),
     "lambda_rank-curv": ("lambda_rank", "curvature", {}),
 }
+_TWICE_DIFFERENTIABLE = {"lambda_rank": {}, "list_net": {}, "list_mle": {}, "approx_ndcg": {}, "rank_net": {},
+                         "rmse": {"n_levels": 3}}
+CASES.update({f"{loss}-diag": (loss, "diagonal", o) for loss, o in _TWICE_DIFFERENTIABLE.items()})
+# the diagonal with one list position per backward pass (smoothrank before 2026-11-24)
+CASES.update({f"{loss}-diag-1pos": (loss, "diagonal", o) for loss, o in _TWICE_DIFFERENTIABLE.items()})
 BUILTIN = "lightgbm lambdarank (built in)"
 TREES = {"learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20, "verbosity": -1,
          "deterministic": True, "seed": 0}
