@@ -731,6 +731,7 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
                                               ("mq2008_boosting", 60), ("mq2008_boosting_lr", 150),
                                               ("mq2008_boosting_curvature", 95),
                                               ("mq2008_stack_boosted", 225),
+                                              ("mq2008_lambdarank_bagged", 75),
                                               ("lightgbm_example", 13),
                                               ("lightgbm_example_boosting", 21),
                                               ("mslr_sample", 6)])
