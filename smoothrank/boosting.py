@@ -79,8 +79,9 @@ _CHUNK_ITEMS = 1 << 10  # padded (query, position) slots per batch of queries (f
 _CURVATURE_STEP = 1e-2
 # The diagonal Hessian takes one backward pass per list position; a block of positions shares one
 # vectorised pass. Blocks are sized as if the loss were pairwise (block * rows * width^2 slots), which
-# bounds the memory of the quadratic losses; 2^18 was fastest for every twice-differentiable loss
-# on MQ2008 (1.3-2.6x one position a pass; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes the block.
+# bounds the memory of the quadratic losses; 2^18 is the largest budget that slowed none of the
+# twice-differentiable losses on MQ2008 (0.97-1.7x the speed of one position a pass; bigger blocks
+# help the listwise losses and hurt the pairwise ones; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes it.
 _DIAG_PAIR_BUDGET = 1 << 18
 _DIAG_BLOCK = 0
 
