@@ -297,7 +297,9 @@ def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant"
     cannot differentiate twice under ``hessian="diagonal"``, fails before training. A loss that
     draws random numbers draws them from a forked generator: the caller's is left as it was.
     """
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # the flat-curvature warning is about training data, not about this probe
+        warnings.filterwarnings("ignore", "hessian='curvature'", RuntimeWarning)
         boosting_gradients(loss, [0.5, 0.0, -0.5], [1.0, 0.0, 2.0], [3], hessian=hessian,
                            min_hessian=min_hessian, **options)
 

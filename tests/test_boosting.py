@@ -496,8 +496,51 @@ def test_an_experiment_runs_gbdt_with_smoothrank_losses_and_resumes(letor_files,
     ({"library": "lightgbm", "objective": "neural_ndcg", "options": {"sharpness": 1}},
      "gbdt.0.options: loss 'neural_ndcg': unknown option(s) sharpness"),
     ({"library": "lightgbm", "objective": "neural_ndcg", "params": {"num_leaves": -3}}, "gbdt.0.params"),
+    ({"library": "lightgbm", "objective": "lambdarank", "min_hessian": 0.1},
+     "gbdt.0.min_hessian: only for a smoothrank loss as the objective"),
+    ({"library": "lightgbm", "objective": "rmse", "hessian": "curvature", "min_hessian": 0},
+     "gbdt.0.min_hessian"),
+    ({"library": "lightgbm", "objective": "rmse", "hessian": "curvature", "min_hessian": -1e-3},
+     "gbdt.0.min_hessian"),
+    ({"library": "lightgbm", "objective": "rmse", "hessian": "curvature", "min_hessian": float("inf")},
+     "gbdt.0.min_hessian"),
+    ({"library": "lightgbm", "objective": "rmse", "hessian": "curvature", "min_hessian": "big"},
+     "gbdt.0.min_hessian"),
 ])
 def test_the_spec_check_names_bad_loss_objectives(letor_files, gbdt, fragment):
     from conftest import assert_spec_problems, two_method_spec
 
     assert_spec_problems(two_method_spec(letor_files, gbdt=[gbdt]), [fragment])
+
+
+def test_a_spec_sets_the_hessian_floor_of_a_loss_objective(letor_files, tmp_path, monkeypatch):
+    """``min_hessian`` reaches the booster's objective; unset, the cell and its fingerprint are those
+    of a spec written before the key existed."""
+    from conftest import two_method_spec
+
+    from smoothrank import boosting
+    from smoothrank.experiments import expand, run_experiment, spec_from_dict
+
+    entry = {"library": "lightgbm", "objective": "rmse", "hessian": "curvature", "num_boost_round": 3,
+             "params": {"min_data_in_leaf": 3}}
+    plain = expand(spec_from_dict(two_method_spec(letor_files, losses=[], models=[], seeds=[0],
+                                                  gbdt=[entry])))[0]
+    floored_spec = spec_from_dict(two_method_spec(letor_files, losses=[], models=[], seeds=[0],
+                                                  gbdt=[{**entry, "min_hessian": 0.5}]))
+    floored = expand(floored_spec)[0]
+    assert "min_hessian" not in plain.settings["gbdt"]
+    assert floored.settings["gbdt"]["min_hessian"] == 0.5
+    assert floored.run_id == plain.run_id and floored.fingerprint() != plain.fingerprint()
+
+    floors = []
+    real = boosting.lightgbm_objective
+
+    def recording(loss, **kwargs):
+        floors.append(kwargs.get("min_hessian"))
+        return real(loss, **kwargs)
+
+    monkeypatch.setattr(boosting, "lightgbm_objective", recording)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "hessian='curvature'", RuntimeWarning)
+        run_experiment(floored_spec, tmp_path / "out")
+    assert floors == [0.5]

@@ -91,16 +91,17 @@ def is_loss_objective(library: str, objective: str) -> bool:
 
 def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = None, *,
                where: str = "gbdt", probe: bool = True, loss_options: Mapping[str, Any] | None = None,
-               hessian: str = "constant") -> None:
+               hessian: str = "constant", min_hessian: float | None = None) -> None:
     """Raise :class:`ConfigError` (naming ``where``) for an unknown library/objective, reserved params,
     or, with ``probe``, params the library refuses (see :func:`_params_complaint`) and loss options
     the loss refuses (computed once on a tiny batch)."""
     if library not in GBDT_OBJECTIVES:
         raise ConfigError(f"{where}.library: expected one of {sorted(GBDT_OBJECTIVES)}, got {library!r}")
     if is_loss_objective(library, objective):
-        _check_loss_objective(library, objective, dict(loss_options or {}), hessian, where=where, probe=probe)
-    elif loss_options or hessian != "constant":
-        key = "options" if loss_options else "hessian"
+        _check_loss_objective(library, objective, dict(loss_options or {}), hessian, where=where, probe=probe,
+                              min_hessian=min_hessian)
+    elif loss_options or hessian != "constant" or min_hessian is not None:
+        key = "options" if loss_options else "hessian" if hessian != "constant" else "min_hessian"
         raise ConfigError(f"{where}.{key}: only for a smoothrank loss as the objective, not {library}'s "
                           f"own {objective!r}")
     clash = sorted(set(params or {}) & _RESERVED)
@@ -113,7 +114,7 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
 
 
 def _check_loss_objective(library: str, objective: str, loss_options: dict[str, Any], hessian: str, *,
-                          where: str, probe: bool) -> None:
+                          where: str, probe: bool, min_hessian: float | None = None) -> None:
     from smoothrank import losses
     from smoothrank.boosting import HESSIANS, check_objective
 
@@ -123,6 +124,8 @@ def _check_loss_objective(library: str, objective: str, loss_options: dict[str, 
                           f"got {objective!r}")
     if hessian not in HESSIANS:
         raise ConfigError(f"{where}.hessian: expected one of {HESSIANS}, got {hessian!r}")
+    if min_hessian is not None and not (type(min_hessian) in (int, float) and 0 < min_hessian < float("inf")):
+        raise ConfigError(f"{where}.min_hessian: expected a positive finite number, got {min_hessian!r}")
     if not probe:
         return
     from smoothrank.training.config import check_loss_options
@@ -132,9 +135,14 @@ def _check_loss_objective(library: str, objective: str, loss_options: dict[str, 
     except ConfigError as err:
         raise ConfigError(f"{where}.options: {err}") from None
     try:  # a loss autograd cannot differentiate twice fails here, not in training
-        check_objective(objective, hessian=hessian, **loss_options)
+        check_objective(objective, hessian=hessian, **_floor(min_hessian), **loss_options)
     except SmoothrankError as err:
         raise ConfigError(f"{where}.hessian: {err}") from None
+
+
+def _floor(min_hessian: float | None) -> dict[str, float]:
+    """``min_hessian`` as a keyword for smoothrank.boosting, or none for its default."""
+    return {} if min_hessian is None else {"min_hessian": float(min_hessian)}
 
 
 def _library_errors(module: Any, library: str) -> tuple[type[Exception], ...]:
@@ -309,7 +317,7 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
              early_stopping_rounds: int | None = 50, eval_at: int = 10, seed: int = 0,
              num_threads: int = 1, select: Callable[[np.ndarray], float] | None = None,
              select_name: str = "select", loss_options: Mapping[str, Any] | None = None,
-             hessian: str = "constant") -> GBDTResult:
+             hessian: str = "constant", min_hessian: float | None = None) -> GBDTResult:
     """Fit one GBDT ranker on ``train``, early-stopped on ``valid``'s NDCG@``eval_at``.
 
     Parameters
@@ -317,7 +325,8 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
     train, valid : Dataset
         ``valid=None`` trains all ``num_boost_round`` rounds (no selection).
     library, objective : see :data:`GBDT_OBJECTIVES`; or ``objective`` a registered smoothrank loss
-        (a custom objective, :mod:`smoothrank.boosting`) with ``loss_options`` and ``hessian``
+        (a custom objective, :mod:`smoothrank.boosting`) with ``loss_options``, ``hessian`` and
+        ``min_hessian`` (None: the booster module's default)
     params : extra booster parameters (e.g. ``learning_rate``, ``num_leaves``, ``max_depth``)
     num_boost_round, early_stopping_rounds, eval_at, seed, num_threads : int
     select : callable, optional
@@ -325,7 +334,8 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
         order) replaces the library's NDCG@``eval_at`` for early stopping; logged as ``select_name``.
     """
     # the library's refusal is caught below; a loss's refusal is a SmoothrankError naming it
-    check_gbdt(library, objective, params, probe=False, loss_options=loss_options, hessian=hessian)
+    check_gbdt(library, objective, params, probe=False, loss_options=loss_options, hessian=hessian,
+               min_hessian=min_hessian)
     if num_boost_round < 1:
         raise ConfigError(f"num_boost_round: expected >= 1, got {num_boost_round}")
     if early_stopping_rounds is not None and early_stopping_rounds < 1:
@@ -345,7 +355,7 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
         from smoothrank import boosting
 
         make = boosting.lightgbm_objective if library == "lightgbm" else boosting.xgboost_objective
-        custom = make(objective, hessian=hessian, **dict(loss_options or {}))
+        custom = make(objective, hessian=hessian, **_floor(min_hessian), **dict(loss_options or {}))
     try:
         with _torch_state(num_threads, seed) if custom is not None else contextlib.nullcontext():
             return fit(module, train, valid, objective=objective, params=dict(params or {}),

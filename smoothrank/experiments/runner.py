@@ -124,7 +124,7 @@ def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       early_stopping_rounds=g["early_stopping_rounds"], eval_at=g["eval_at"], seed=cell.seed,
                       num_threads=s["num_threads"], select=select,
                       select_name=f"{s['convention']}_{s['select_by']}", loss_options=g.get("options"),
-                      hessian=g.get("hessian", "constant"))
+                      hessian=g.get("hessian", "constant"), min_hessian=g.get("min_hessian"))
     scores = {name: fitted.predict(ds) for name, ds in splits.items()}
     selection = {"best_iteration": fitted.best_iteration, "rounds_run": fitted.rounds_run,
                  "history": fitted.history}
@@ -133,7 +133,8 @@ def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         refitted = fit_gbdt(merged, None, library=g["library"], objective=g["objective"], params=g["params"],
                             num_boost_round=fitted.best_iteration, early_stopping_rounds=None,
                             eval_at=g["eval_at"], seed=cell.seed, num_threads=s["num_threads"],
-                            loss_options=g.get("options"), hessian=g.get("hessian", "constant"))
+                            loss_options=g.get("options"), hessian=g.get("hessian", "constant"),
+                            min_hessian=g.get("min_hessian"))
         refit = {"rounds": fitted.best_iteration, "train_queries": merged.n_queries}
         return _with_refit(scores, {n: refitted.predict(splits[n]) for n in ("train", "test")}, splits,
                            selection, refit, metrics=s["metrics"], convention=s["convention"])

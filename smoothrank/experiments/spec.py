@@ -152,6 +152,9 @@ class GBDTSpec(_Strict):
     label: Annotated[str, Field(pattern=_LABEL)] | None = None
     options: dict[str, Any] = {}
     hessian: str = "constant"
+    # the floor of the diagonal and curvature Hessians (smoothrank.boosting's min_hessian); null: its
+    # default, and no key in the cell's settings, so that older cells keep their fingerprints
+    min_hessian: float | None = None
     params: dict[str, Any] = {}
     num_boost_round: Annotated[_Int, Field(ge=1)] = 500
     early_stopping_rounds: Annotated[_Int, Field(ge=1)] | None = 50
@@ -365,11 +368,14 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
 
 
 def _gbdt_settings(gb: GBDTSpec) -> dict[str, Any]:
-    """A GBDT cell's settings; a library objective's leave out the loss keys, so that its cells (and
-    fingerprints) are those of the specs written before a loss could be the objective."""
+    """A GBDT cell's settings; a library objective's leave out the loss keys, and an unset
+    ``min_hessian`` is left out, so that cells (and fingerprints) are those of the specs written
+    before a loss could be the objective or ``min_hessian`` could be set."""
     from smoothrank.experiments.gbdt import is_loss_objective
 
-    loss_keys = set() if is_loss_objective(gb.library, gb.objective) else {"options", "hessian"}
+    loss_keys = {"min_hessian"} if gb.min_hessian is None else set()
+    if not is_loss_objective(gb.library, gb.objective):
+        loss_keys |= {"options", "hessian", "min_hessian"}
     return gb.model_dump(mode="json", exclude={"label", *loss_keys})
 
 
@@ -498,7 +504,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     for i, gb in enumerate(spec.gbdt):
         try:
             check_gbdt(gb.library, gb.objective, gb.params, where=f"gbdt.{i}", loss_options=gb.options,
-                       hessian=gb.hessian)
+                       hessian=gb.hessian, min_hessian=gb.min_hessian)
         except ConfigError as err:
             problems.append(str(err))
     if spec.ensemble and len(set(spec.seeds)) < 2:
