@@ -72,6 +72,7 @@ __all__ = ["HESSIANS", "boosting_gradients", "check_objective", "lgbm_ranker_obj
 #: The Hessian choices of :func:`boosting_gradients`.
 HESSIANS = ("constant", "diagonal", "curvature")
 
+_MIN_HESSIAN = 1e-6  # the default floor of the diagonal and curvature Hessians
 _CHUNK_ITEMS = 1 << 10  # padded (query, position) slots per batch of queries (fastest on MQ2008)
 # The central differences' half-step, relative to max(1, max |s_q|): a secant curvature over a step
 # of the size a boosting round takes. Smaller steps drown in the losses' own error: Sinkhorn stops at
@@ -129,7 +130,8 @@ def _sizes(group_sizes: Any, n_docs: int) -> np.ndarray:
 
 
 def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any, group_sizes: Any, *,
-                       weights: Any = None, hessian: str = "constant", min_hessian: float = 1e-6,
+                       weights: Any = None, hessian: str = "constant",
+                       min_hessian: float = _MIN_HESSIAN,
                        dtype: torch.dtype = torch.float64, device: str | torch.device | None = None,
                        chunk_items: int = _CHUNK_ITEMS, **options: Any) -> tuple[np.ndarray, np.ndarray]:
     """Per-document gradient and Hessian of ``sum_q loss(s_q, y_q)`` for a booster.
@@ -145,7 +147,9 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
         ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; needs a twice-differentiable loss)
         or ``"curvature"`` (the query's curvature along its gradient, floored at ``min_hessian``,
         for each of its documents; any loss, two more gradient passes)
-    min_hessian : the floor of the diagonal and curvature Hessians (> 0)
+    min_hessian : the floor of the diagonal and curvature Hessians (> 0). At its default, a
+        ``RuntimeWarning`` says when most queries' curvature is below it (their steps are then
+        bounded by the floor alone); a value set by the caller is taken as the chosen bound.
     dtype, device : where the loss is computed
     chunk_items : padded slots per batch of similar-length queries (memory bound)
 
@@ -195,13 +199,14 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     if not (np.isfinite(grad).all() and np.isfinite(hess).all()):
         raise SmoothrankError(f"{_loss_name(fn)}: the gradient or Hessian is not finite at these scores")
     # A few flat queries are harmless (a leaf weighs each query by its curvature); most of them flat
-    # leave the leaves' steps bounded by min_hessian alone.
-    if flat_queries and 2 * flat_queries >= live_queries:
+    # leave the leaves' steps bounded by min_hessian alone, which a caller who set it has chosen.
+    if flat_queries and 2 * flat_queries >= live_queries and min_hessian == _MIN_HESSIAN:
         # No counts in the text: one warning per call site, not one per boosting round.
         warnings.warn(f"hessian='curvature': most queries of {_loss_name(fn)} have a curvature along their "
                       f"gradient below min_hessian={min_hessian:g} (the loss is about linear along it, "
                       "e.g. RMSE at tied scores), so their Newton step is bounded by min_hessian alone; use "
-                      "hessian='constant' or 'diagonal' for this loss, or a larger min_hessian",
+                      "hessian='constant' or 'diagonal' for this loss, or a larger min_hessian to bound the "
+                      "step (a min_hessian set by the caller is not warned of)",
                       RuntimeWarning, stacklevel=2)
     if w is not None:
         grad, hess = grad * w, hess * w
@@ -289,8 +294,8 @@ def _batch_grad_curvature(fn: Callable[..., Any], scores: torch.Tensor, labels: 
     return grad, curvature.expand_as(grad).masked_fill(~mask, 0.0)
 
 
-def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant", min_hessian: float = 1e-6,
-                    **options: Any) -> None:
+def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
+                    min_hessian: float = _MIN_HESSIAN, **options: Any) -> None:
     """Raise :class:`SmoothrankError` if ``loss`` (with ``options``) cannot give a booster ``hessian``.
 
     The loss is computed once on a tiny problem, so that a bad option value, or a loss that autograd
@@ -305,7 +310,7 @@ def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant"
 
 
 def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
-                       min_hessian: float = 1e-6, dtype: torch.dtype = torch.float64,
+                       min_hessian: float = _MIN_HESSIAN, dtype: torch.dtype = torch.float64,
                        device: str | torch.device | None = None, **options: Any
                        ) -> Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray]]:
     """``fn(preds, train_data) -> (grad, hess)`` for ``lightgbm.train(params={"objective": fn})``.
@@ -327,7 +332,7 @@ def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "consta
 
 
 def lgbm_ranker_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
-                          min_hessian: float = 1e-6, dtype: torch.dtype = torch.float64,
+                          min_hessian: float = _MIN_HESSIAN, dtype: torch.dtype = torch.float64,
                           device: str | torch.device | None = None, **options: Any
                           ) -> Callable[[np.ndarray, np.ndarray, Any, Any], tuple[np.ndarray, np.ndarray]]:
     """``fn(y_true, y_pred, weight, group)`` for ``lightgbm.LGBMRanker(objective=fn)``.
@@ -349,7 +354,7 @@ def lgbm_ranker_objective(loss: str | Callable[..., Any], *, hessian: str = "con
 
 
 def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
-                      min_hessian: float = 1e-6, dtype: torch.dtype = torch.float64,
+                      min_hessian: float = _MIN_HESSIAN, dtype: torch.dtype = torch.float64,
                       device: str | torch.device | None = None, **options: Any
                       ) -> Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray]]:
     """``fn(preds, dtrain) -> (grad, hess)`` for ``xgboost.train(params, dtrain, obj=fn)``.

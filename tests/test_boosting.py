@@ -191,6 +191,10 @@ def test_a_loss_linear_along_its_gradient_is_warned_of_under_the_curvature_hessi
         boosting_gradients("rmse", np.zeros(sizes.sum()), labels, sizes, hessian="curvature", n_levels=3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # a floor the caller set is the step bound they chose: bounded steps, no warning
+        _, hess = boosting_gradients("rmse", np.zeros(sizes.sum()), labels, sizes, hessian="curvature",
+                                     n_levels=3, min_hessian=0.5)
+        np.testing.assert_array_equal(hess, 0.5)
         for name in ("list_net", "list_mle", "neural_ndcg"):
             boosting_gradients(name, np.zeros(sizes.sum()), labels, sizes, hessian="curvature")
         # one saturated query (scores of +-1e30: no curvature left) beside two ordinary ones
@@ -541,6 +545,6 @@ def test_a_spec_sets_the_hessian_floor_of_a_loss_objective(letor_files, tmp_path
 
     monkeypatch.setattr(boosting, "lightgbm_objective", recording)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "hessian='curvature'", RuntimeWarning)
+        warnings.simplefilter("error", RuntimeWarning)  # a floor set in the spec is not warned of
         run_experiment(floored_spec, tmp_path / "out")
     assert floors == [0.5]
