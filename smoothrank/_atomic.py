@@ -16,19 +16,13 @@ import contextlib
 import errno
 import gzip
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from smoothrank.errors import SmoothrankError
-
-
-def _umask() -> int:
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
 
 
 def _mode(path: Path) -> int | None:
@@ -102,7 +96,8 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
 
     A failed write leaves the old file untouched and removes the temporary file. A ``.gz``
     destination is gzip-compressed with mtime 0 (byte-reproducible). The file gets the
-    permissions a plain ``open()`` would give it (``mkstemp`` alone makes it private). Errors
+    permissions a plain ``open()`` would give it. An interrupt (KeyboardInterrupt) at any point
+    after the temporary file exists removes it too. Errors
     name ``path``, never the temporary file. A device or FIFO is written in place (module docstring).
     """
     if not os.fspath(path):
@@ -121,12 +116,14 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
             raise _naming(err, path) from None
         return
     folder = path.parent if str(path.parent) else Path(".")
+    # The name is fixed before the file exists, so that an interrupt at any point after its
+    # creation (a worker's KeyboardInterrupt on SIGTERM) finds it to remove: with mkstemp, one
+    # between its return and the ``try`` left the temporary file behind.
+    tmp_name = os.path.join(folder, f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as err:
-        raise _with_path(err, path) from None
-    try:
-        os.chmod(tmp_name, 0o666 & ~_umask())
+        # O_EXCL: a file of that name (64 random bits collided) is not ours; mode 0o666 under the
+        # umask gives the permissions a plain open() would
+        fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         with os.fdopen(fd, "wb") as raw:
             with _encoded(raw, path) as handle:
                 yield handle
@@ -134,11 +131,12 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
             os.fsync(raw.fileno())
         os.replace(tmp_name, path)
     except OSError as err:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+        if not (isinstance(err, FileExistsError) and err.filename == tmp_name):
+            with contextlib.suppress(OSError):  # e.g. never created: the folder is missing
+                os.unlink(tmp_name)
         raise _naming(err, path, tmp_name) from None
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from smoothrank._atomic import write_bytes_atomic
 from smoothrank.cli import CLIError
 
 
@@ -78,8 +78,7 @@ def run(args: Any) -> int:
         return 0
     check_out_dir(spec, out)  # a folder of other settings is refused before spec.yaml is replaced
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.spec, out / ".spec.yaml.tmp")
-    (out / ".spec.yaml.tmp").replace(out / "spec.yaml")
+    write_bytes_atomic(out / "spec.yaml", Path(args.spec).read_bytes())
 
     def log(message: str) -> None:
         if not args.quiet:
