@@ -129,6 +129,13 @@ def _sizes(group_sizes: Any, n_docs: int) -> np.ndarray:
     return sizes
 
 
+def _check_min_hessian(min_hessian: Any) -> None:
+    """Raise :class:`SmoothrankError` naming ``min_hessian`` unless it is a positive finite number."""
+    if not (isinstance(min_hessian, (int, float)) and not isinstance(min_hessian, bool)
+            and 0 < min_hessian < float("inf")):
+        raise SmoothrankError(f"min_hessian: expected a positive finite number, got {min_hessian!r}")
+
+
 def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any, group_sizes: Any, *,
                        weights: Any = None, hessian: str = "constant",
                        min_hessian: float = _MIN_HESSIAN,
@@ -160,9 +167,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     fn = _bind(loss, options)
     if hessian not in HESSIANS:
         raise SmoothrankError(f"hessian: expected one of {HESSIANS}, got {hessian!r}")
-    if not (isinstance(min_hessian, (int, float)) and not isinstance(min_hessian, bool)
-            and 0 < min_hessian < float("inf")):
-        raise SmoothrankError(f"min_hessian: expected a positive finite number, got {min_hessian!r}")
+    _check_min_hessian(min_hessian)
     if not isinstance(chunk_items, int) or isinstance(chunk_items, bool) or chunk_items < 1:
         raise SmoothrankError(f"chunk_items: expected a positive integer, got {chunk_items!r}")
     s = _flat(scores, "scores")

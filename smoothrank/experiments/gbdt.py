@@ -116,7 +116,7 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
 def _check_loss_objective(library: str, objective: str, loss_options: dict[str, Any], hessian: str, *,
                           where: str, probe: bool, min_hessian: float | None = None) -> None:
     from smoothrank import losses
-    from smoothrank.boosting import HESSIANS, check_objective
+    from smoothrank.boosting import HESSIANS, _check_min_hessian, check_objective
 
     if objective not in losses.available():
         raise ConfigError(f"{where}.objective: expected one of {library}'s objectives "
@@ -124,8 +124,11 @@ def _check_loss_objective(library: str, objective: str, loss_options: dict[str, 
                           f"got {objective!r}")
     if hessian not in HESSIANS:
         raise ConfigError(f"{where}.hessian: expected one of {HESSIANS}, got {hessian!r}")
-    if min_hessian is not None and not (type(min_hessian) in (int, float) and 0 < min_hessian < float("inf")):
-        raise ConfigError(f"{where}.min_hessian: expected a positive finite number, got {min_hessian!r}")
+    if min_hessian is not None:
+        try:
+            _check_min_hessian(min_hessian)
+        except SmoothrankError as err:
+            raise ConfigError(f"{where}.{err}") from None
     if not probe:
         return
     from smoothrank.training.config import check_loss_options
