@@ -734,6 +734,7 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
                                               ("mq2008_lambdarank_bagged", 75),
                                               ("mq2008_list_mle_boosted_hessians", 75),
                                               ("mq2008_refit_boosted", 50),
+                                              ("mq2008_boosted_trees", 800),
                                               ("lightgbm_example", 13),
                                               ("lightgbm_example_boosting", 21),
                                               ("mslr_sample", 6)])
