@@ -76,6 +76,53 @@ def test_spec_expands_grid(letor_files):
     assert expand(mq)[0].settings["config"]["data"] == {"mq2008_fold": 1}
 
 
+def test_gbdt_grid_expands_to_the_methods_written_out(letor_files):
+    # A grid is shorthand: its methods' cells (settings, run ids, fingerprints) are those of the same
+    # methods written out as items, so written-out runs carry over to a grid spec and back.
+    item = {"library": "lightgbm", "objective": "lambdarank", "num_boost_round": 15,
+            "early_stopping_rounds": 5, "params": {"learning_rate": 0.1}}
+    grid = spec_from_dict(_spec_dict(letor_files, seeds=[0, 1], gbdt=[
+        {**item, "grid": {"num_leaves": [3, 7], "min_data_in_leaf": [5, 10, 20]}}], baseline=None))
+    labels = [f"lightgbm-lambdarank-num_leaves{n}-min_data_in_leaf{m}" for n in (3, 7) for m in (5, 10, 20)]
+    written = spec_from_dict(_spec_dict(letor_files, seeds=[0, 1], baseline=None, gbdt=[
+        {**item, "label": label, "params": {"learning_rate": 0.1, "num_leaves": n, "min_data_in_leaf": m}}
+        for label, (n, m) in zip(labels, [(n, m) for n in (3, 7) for m in (5, 10, 20)], strict=True)]))
+    assert grid.method_labels() == written.method_labels() == ["neural_ndcg-linear", *labels]
+    a, b = expand(grid), expand(written)
+    assert [c.run_id for c in a] == [c.run_id for c in b] and len(a) == 2 * 7
+    assert [c.fingerprint() for c in a] == [c.fingerprint() for c in b]
+    assert "grid" not in a[-1].settings["gbdt"]
+    # A spec without a grid keeps the cells it had before grids existed (no "grid" key anywhere).
+    plain = expand(spec_from_dict(_spec_dict(letor_files)))
+    assert all("grid" not in c.settings.get("gbdt", {}) for c in plain)
+
+
+def test_gbdt_grid_methods_train_and_can_be_the_baseline(letor_files, tmp_path):
+    item = {"library": "lightgbm", "objective": "lambdarank", "num_boost_round": 5,
+            "early_stopping_rounds": None, "params": {"min_data_in_leaf": 5}, "grid": {"num_leaves": [3, 15]}}
+    spec = spec_from_dict(_spec_dict(letor_files, losses=[], models=[], gbdt=[item],
+                                     baseline="lightgbm-lambdarank-num_leaves3"))
+    results = run_experiment(spec, tmp_path / "out").results
+    assert sorted(r["method"] for r in results) == ["lightgbm-lambdarank-num_leaves15",
+                                                   "lightgbm-lambdarank-num_leaves3"]
+    assert len({json.dumps(r["metrics"], sort_keys=True) for r in results}) == 2  # two different models
+
+
+@pytest.mark.parametrize(("grid", "params", "fragment"), [
+    ({"num_leaves": [3, 7]}, {"num_leaves": 5}, "gbdt.0.grid.num_leaves: also set in params"),
+    ({"num_leaves": [3, 3]}, {}, "gbdt.0.grid.num_leaves: ['3'] listed twice"),
+    ({"num_leaves": []}, {}, "gbdt.0.grid.num_leaves"),
+    ({"boosting": ["gbdt", "a b"]}, {}, "gbdt.0.grid.boosting: ['a b'] cannot be part of a method label"),
+    ({"num_leaves": [3, -4]}, {}, "gbdt.0 (lightgbm-lambdarank-num_leaves-4)"),
+    ({"num_leaves": 3}, {}, "gbdt.0.grid.num_leaves"),
+])
+def test_gbdt_grid_errors_name_the_key_and_the_method(letor_files, grid, params, fragment):
+    item = {"library": "lightgbm", "objective": "lambdarank", "params": params, "grid": grid}
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(_spec_dict(letor_files, gbdt=[item], baseline=None), source="grid.yaml")
+    assert fragment in str(info.value)
+
+
 def test_loss_model_options_reach_only_that_loss(letor_files):
     # The NeuralNDCG paper's protocol: tanh on the output for NeuralNDCG only.
     models = [{"label": "mlp", "kind": "mlp", "hidden": [4]}]

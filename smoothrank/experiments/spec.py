@@ -25,6 +25,8 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
       - {label: mlp, kind: mlp, hidden: [64]}
     gbdt:
       - {library: lightgbm, objective: lambdarank, num_boost_round: 500}
+      - {library: lightgbm, objective: list_mle, hessian: curvature,        # 4 methods, one per
+         grid: {num_leaves: [7, 31], min_data_in_leaf: [20, 50]}}          # combination of params
     ensemble: false                 # true: also <method>+ens<N>, the seed ensembles (N = len(seeds) >= 2)
     ensemble_normalize: zscore      # zscore | rank | none (smoothrank.experiments.ensemble)
     refit: false                    # true: after selection, retrain on train + valid (runner docs)
@@ -42,6 +44,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -162,10 +165,34 @@ class GBDTSpec(_Strict):
     # Early stopping criterion: "spec" = the spec's select_by under its convention (as neural runs);
     # "library" = the booster's own NDCG@eval_at.
     select: Literal["spec", "library"] = "spec"
+    # Booster parameters to vary: each combination of the lists is one method (see variants()).
+    grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
 
     @property
     def tag(self) -> str:
         return self.label or f"{self.library}-{self.objective.replace(':', '_')}"
+
+    def variants(self) -> list[GBDTSpec]:
+        """The methods of this item: itself without a ``grid``; with one, a copy per combination of
+        the grid's values (first key outermost), those values added to ``params`` and the label
+        ``<tag>-<key><value>-<key><value>...``. A copy's cells, fingerprints included, are those of
+        the same method written out as its own item."""
+        if not self.grid:
+            return [self]
+        keys = list(self.grid)
+        copies = []
+        for values in itertools.product(*(self.grid[key] for key in keys)):
+            combo = dict(zip(keys, values, strict=True))
+            label = self.tag + "".join(f"-{key}{_label_text(value)}" for key, value in combo.items())
+            copies.append(self.model_copy(update={"params": {**self.params, **combo}, "label": label,
+                                                  "grid": {}}))
+        return copies
+
+
+def _label_text(value: Any) -> str:
+    """A grid value as it appears in a method label: strings as they are, the rest as JSON (0.05,
+    true, null); a value that makes the label invalid is reported by the spec's checks."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 class LearnerSpec(_Strict):
@@ -231,10 +258,14 @@ class ExperimentSpec(_Strict):
         return [(loss, model) for loss in self.losses for model in self.models
                 if loss.models is None or model.label in loss.models]
 
+    def gbdt_methods(self) -> list[GBDTSpec]:
+        """Every GBDT method, each ``gbdt`` item's grid expanded (:meth:`GBDTSpec.variants`)."""
+        return [variant for item in self.gbdt for variant in item.variants()]
+
     def method_labels(self) -> list[str]:
         """Every method label, neural (``loss-model``) then GBDT."""
         return [f"{loss.tag}-{model.label}" for loss, model in self.neural_pairs()] + \
-               [g.tag for g in self.gbdt]
+               [g.tag for g in self.gbdt_methods()]
 
     def ensemble_labels(self) -> list[str]:
         """The seed-ensemble method labels ``<method>+ens<N>`` (none unless ``ensemble: true``)."""
@@ -356,7 +387,7 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
                                 **_refit_setting(spec)}
                     cells.append(Cell(dataset=ds.name, fold=fold, method=f"{loss.tag}-{model.label}",
                                       kind="neural", seed=seed, settings=settings))
-            for gb in spec.gbdt:
+            for gb in spec.gbdt_methods():
                 for seed in spec.seeds:
                     settings = {"data": _data_section(ds, fold, base), "gbdt": _gbdt_settings(gb),
                                 "num_threads": spec.num_threads, "convention": spec.convention,
@@ -376,7 +407,8 @@ def _gbdt_settings(gb: GBDTSpec) -> dict[str, Any]:
     loss_keys = {"min_hessian"} if gb.min_hessian is None else set()
     if not is_loss_objective(gb.library, gb.objective):
         loss_keys |= {"options", "hessian", "min_hessian"}
-    return gb.model_dump(mode="json", exclude={"label", *loss_keys})
+    # ``grid`` is empty on an expanded method: its values are in ``params``.
+    return gb.model_dump(mode="json", exclude={"label", "grid", *loss_keys})
 
 
 # ------------------------------------------------------------------------------ validation
@@ -431,6 +463,23 @@ def _seed_problems(spec: ExperimentSpec) -> list[str]:
     if any(gb.library == "xgboost" for gb in spec.gbdt) and max(spec.seeds) > 2**63 - 1:
         return [f"seeds: xgboost takes seeds up to 2**63 - 1, got {max(spec.seeds)}"]
     return []
+
+
+def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
+    """A grid key also in ``params`` (two values for one parameter), a value listed twice (the same
+    method twice) and a value that makes no valid method label."""
+    problems = [f"{where}.grid.{key}: also set in params; give it in one place" for key in item.grid
+                if key in item.params]
+    for key, values in item.grid.items():
+        texts = [_label_text(value) for value in values]
+        twice = sorted({text for text in texts if texts.count(text) > 1})
+        if twice:
+            problems.append(f"{where}.grid.{key}: {twice} listed twice")
+        bad = [value for value in values if not re.fullmatch(r"[A-Za-z0-9_.@+-]+", _label_text(value))]
+        if bad:
+            problems.append(f"{where}.grid.{key}: {bad} cannot be part of a method label (letters, digits, "
+                            "_ . @ + - only); write such values out as separate gbdt items with a label")
+    return problems
 
 
 def _semantic_problems(spec: ExperimentSpec) -> list[str]:
@@ -501,12 +550,16 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             check_loss_options(loss.name, loss.options)  # the values too, not hours into the grid
         except (SmoothrankError, TypeError, ValueError) as err:
             problems.append(f"losses.{i}.options: {err}")
-    for i, gb in enumerate(spec.gbdt):
-        try:
-            check_gbdt(gb.library, gb.objective, gb.params, where=f"gbdt.{i}", loss_options=gb.options,
-                       hessian=gb.hessian, min_hessian=gb.min_hessian)
-        except ConfigError as err:
-            problems.append(str(err))
+    for i, item in enumerate(spec.gbdt):
+        grid_problems = _grid_problems(item, f"gbdt.{i}")
+        problems += grid_problems
+        for gb in [] if grid_problems else item.variants():  # a bad grid's methods are not probed
+            where = f"gbdt.{i}" + (f" ({gb.tag})" if item.grid else "")
+            try:
+                check_gbdt(gb.library, gb.objective, gb.params, where=where, loss_options=gb.options,
+                           hessian=gb.hessian, min_hessian=gb.min_hessian)
+            except ConfigError as err:
+                problems.append(str(err))
     if spec.ensemble and len(set(spec.seeds)) < 2:
         problems.append(f"ensemble: a seed ensemble needs at least 2 distinct seeds, got seeds: {spec.seeds}")
     if spec.ensemble_normalize not in ("zscore", "rank", "none"):
