@@ -97,15 +97,17 @@ def test_gbdt_grid_expands_to_the_methods_written_out(letor_files):
     assert all("grid" not in c.settings.get("gbdt", {}) for c in plain)
 
 
-def test_gbdt_grid_methods_train_and_can_be_the_baseline(letor_files, tmp_path):
+def test_grid_methods_train_and_can_be_the_baseline(letor_files, tmp_path):
     item = {"library": "lightgbm", "objective": "lambdarank", "num_boost_round": 5,
             "early_stopping_rounds": None, "params": {"min_data_in_leaf": 5}, "grid": {"num_leaves": [3, 15]}}
-    spec = spec_from_dict(_spec_dict(letor_files, losses=[], models=[], gbdt=[item],
+    loss = {"name": "list_net", "grid": {"overrides.optimizer.lr": [0.0001, 0.1]}}
+    spec = spec_from_dict(_spec_dict(letor_files, losses=[loss], gbdt=[item],
                                      baseline="lightgbm-lambdarank-num_leaves3"))
-    results = run_experiment(spec, tmp_path / "out").results
-    assert sorted(r["method"] for r in results) == ["lightgbm-lambdarank-num_leaves15",
-                                                   "lightgbm-lambdarank-num_leaves3"]
-    assert len({json.dumps(r["metrics"], sort_keys=True) for r in results}) == 2  # two different models
+    out = run_experiment(spec, tmp_path / "out")
+    metrics = {r["method"]: json.dumps(r["metrics"], sort_keys=True) for r in out.results}
+    assert sorted(metrics) == ["lightgbm-lambdarank-num_leaves15", "lightgbm-lambdarank-num_leaves3",
+                               "list_net-lr0.0001-linear", "list_net-lr0.1-linear"]
+    assert len(set(metrics.values())) == 4  # four different models
 
 
 @pytest.mark.parametrize(("grid", "params", "fragment"), [
@@ -120,6 +122,51 @@ def test_gbdt_grid_errors_name_the_key_and_the_method(letor_files, grid, params,
     item = {"library": "lightgbm", "objective": "lambdarank", "params": params, "grid": grid}
     with pytest.raises(ConfigError) as info:
         spec_from_dict(_spec_dict(letor_files, gbdt=[item], baseline=None), source="grid.yaml")
+    assert fragment in str(info.value)
+
+
+def test_loss_grid_expands_to_the_losses_written_out(letor_files):
+    models = [{"label": "mlp", "kind": "mlp", "hidden": [4]}, {"label": "mlp2", "kind": "mlp", "hidden": [2]}]
+    item = {"name": "neural_ndcg", "options": {"k": 5}, "overrides": {"optimizer": {"name": "adam"}},
+            "grid": {"options.temperature": [0.5, 1.0], "overrides.optimizer.lr": [0.001, 0.01],
+                     "model_options.dropout": [0.1]}}
+    grid = spec_from_dict(_spec_dict(letor_files, models=models, losses=[item], gbdt=[], baseline=None))
+    combos = [(t, lr) for t in (0.5, 1.0) for lr in (0.001, 0.01)]
+    tags = [f"neural_ndcg-temperature{t}-lr{lr}-dropout0.1" for t, lr in combos]
+    written = spec_from_dict(_spec_dict(letor_files, models=models, gbdt=[], baseline=None, losses=[
+        {"name": "neural_ndcg", "label": tag, "options": {"k": 5, "temperature": t},
+         "overrides": {"optimizer": {"name": "adam", "lr": lr}}, "model_options": {"dropout": 0.1}}
+        for tag, (t, lr) in zip(tags, combos, strict=True)]))
+    methods = [f"{tag}-{model}" for tag in tags for model in ("mlp", "mlp2")]
+    assert grid.method_labels() == written.method_labels() == methods
+    a, b = expand(grid), expand(written)
+    assert [c.fingerprint() for c in a] == [c.fingerprint() for c in b] and len(a) == 8
+    config = a[-1].settings["config"]
+    assert config["loss"]["options"] == {"k": 5, "temperature": 1.0}
+    assert config["optimizer"] == {"name": "adam", "lr": 0.01} and config["model"]["dropout"] == 0.1
+    assert item["overrides"] == {"optimizer": {"name": "adam"}}  # the item itself is left as it was
+
+
+@pytest.mark.parametrize(("item", "fragment"), [
+    ({"grid": {"temperature": [1.0]}}, "losses.0.grid.temperature: expected options.<name>"),
+    ({"grid": {"options.": [1.0]}}, "losses.0.grid.options.: expected"),
+    ({"options": {"temperature": 2.0}, "grid": {"options.temperature": [1.0]}},
+     "losses.0.grid.options.temperature: also set in the item"),
+    ({"overrides": {"optimizer": {"lr": 0.1}}, "grid": {"overrides.optimizer.lr.x": [1]}},
+     "losses.0.grid.overrides.optimizer.lr.x: optimizer.lr is not a mapping"),
+    ({"grid": {"overrides.optimizer": [1], "overrides.optimizer.lr": [0.1]}},
+     "losses.0.grid.overrides.optimizer: ['overrides.optimizer.lr'] vary settings inside it"),
+    ({"grid": {"options.temperature": [1.0, 1.0]}},
+     "losses.0.grid.options.temperature: ['1.0'] listed twice"),
+    ({"grid": {"options.temperature": [-1.0]}}, "losses.0 (neural_ndcg-temperature-1.0).options"),
+    ({"grid": {"options.colour": [1]}},
+     "losses.0 (neural_ndcg-colour1).options: unknown option(s) ['colour']"),
+    ({"grid": {"overrides.seed": [1]}}, "losses.0 (neural_ndcg-seed1).overrides.seed: set by the grid"),
+    ({"grid": {"overrides.optimizer.lr": [-1]}}, "optimizer.lr"),
+])
+def test_loss_grid_errors_name_the_key_and_the_loss(letor_files, item, fragment):
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(_spec_dict(letor_files, losses=[{"name": "neural_ndcg", **item}]), source="grid.yaml")
     assert fragment in str(info.value)
 
 
@@ -899,3 +946,14 @@ def test_gbdt_labels_beyond_the_gain_table_are_a_clear_error_or_get_their_gains(
     ours = mean_metrics(evaluate_flat(fitted.predict(data), data.labels, offsets=data.offsets,
                                       metrics=["ndcg@5"], convention="lightgbm"))["ndcg@5"]
     assert fitted.history[-1]["valid_ndcg@5"] == pytest.approx(ours, abs=1e-9)
+
+
+def test_the_documented_spec_example_is_valid():
+    # docs/EXPERIMENTS.md's annotated spec, less its example file dataset (a.txt does not exist).
+    text = (Path(__file__).resolve().parent.parent / "docs" / "EXPERIMENTS.md").read_text()
+    block = text.split("## The spec (YAML)\n\n```yaml\n", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load(block)
+    data["datasets"] = [d for d in data["datasets"] if "mq2008_folds" in d]
+    spec = spec_from_dict(data, source="docs/EXPERIMENTS.md")
+    assert "approx_ndcg-alpha10-lr0.01-mlp" in spec.method_labels()
+    assert "lightgbm-list_mle-num_leaves31-min_data_in_leaf50" in spec.method_labels()

@@ -21,6 +21,7 @@ GBDT baselines, seeds, the metric convention, and the baseline of the paired t-t
       - neural_ndcg
       - {name: neural_ndcg, label: neural_ndcg@5, options: {k: 5}, model_options: {output_activation: tanh}}
       - {name: list_mle, models: [mlp], overrides: {optimizer: {lr: 0.01}}}   # only with these models
+      - {name: approx_ndcg, grid: {options.alpha: [1, 10], overrides.optimizer.lr: [0.001, 0.01]}}  # 4 losses
     models:
       - {label: mlp, kind: mlp, hidden: [64]}
     gbdt:
@@ -129,10 +130,57 @@ class LossSpec(_Strict):
     # The model labels this loss is trained with (default: every model of the spec), e.g. to give
     # a linear model its own learning rate through ``overrides`` under the same loss tag.
     models: list[str] | None = None
+    # Settings to vary, by dotted path into options / overrides / model_options: each combination
+    # of the lists is one loss of the grid (see variants()).
+    grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
 
     @property
     def tag(self) -> str:
         return self.label or self.name
+
+    def variants(self) -> list[LossSpec]:
+        """The losses of this item: itself without a ``grid``; with one, a copy per combination of the
+        grid's values (first key outermost), each value set at its path (``options.tau``,
+        ``overrides.optimizer.lr``, ``model_options.dropout``) and the label
+        ``<tag>-<last key><value>...``. A copy's cells, fingerprints included, are those of the same
+        loss written out as its own item."""
+        if not self.grid or _loss_grid_path_problems(self, "grid"):
+            return [self]  # a bad grid is reported by the spec's checks, not expanded
+        keys = list(self.grid)
+        copies = []
+        for values in itertools.product(*(self.grid[key] for key in keys)):
+            sections = {name: copy.deepcopy(getattr(self, name)) for name in _LOSS_GRID_SECTIONS}
+            for key, value in zip(keys, values, strict=True):
+                section, *path = key.split(".")
+                _set_path(sections[section], path, value)
+            label = self.tag + "".join(f"-{key.rsplit('.', 1)[-1]}{_label_text(value)}"
+                                       for key, value in zip(keys, values, strict=True))
+            copies.append(self.model_copy(update={**sections, "label": label, "grid": {}}))
+        return copies
+
+
+_LOSS_GRID_SECTIONS = ("options", "overrides", "model_options")
+
+
+def _set_path(mapping: dict[str, Any], path: list[str], value: Any) -> None:
+    """``mapping[p0][p1]...[pn] = value``, creating the mappings on the way (checked by the spec)."""
+    for part in path[:-1]:
+        mapping = mapping.setdefault(part, {})
+    mapping[path[-1]] = value
+
+
+def _path_problem(mapping: dict[str, Any], path: list[str]) -> str | None:
+    """Why ``path`` cannot be varied in ``mapping``: it is set there already, or runs through a value
+    that is not a mapping; None if it can."""
+    for depth, part in enumerate(path):
+        if part not in mapping:
+            return None
+        if depth == len(path) - 1:
+            return "also set in the item; give it in one place"
+        mapping = mapping[part]
+        if not isinstance(mapping, dict):
+            return f"{'.'.join(path[:depth + 1])} is not a mapping"
+    return None
 
 
 class ModelSpec(_Strict):
@@ -253,9 +301,13 @@ class ExperimentSpec(_Strict):
             return [{"name": item} if isinstance(item, str) else item for item in value]
         return value
 
+    def loss_methods(self) -> list[LossSpec]:
+        """Every loss of the grid, each ``losses`` item's grid expanded (:meth:`LossSpec.variants`)."""
+        return [variant for item in self.losses for variant in item.variants()]
+
     def neural_pairs(self) -> list[tuple[LossSpec, ModelSpec]]:
         """Every (loss, model) of the grid: each loss with every model, or with its ``models``."""
-        return [(loss, model) for loss in self.losses for model in self.models
+        return [(loss, model) for loss in self.loss_methods() for model in self.models
                 if loss.models is None or model.label in loss.models]
 
     def gbdt_methods(self) -> list[GBDTSpec]:
@@ -470,7 +522,33 @@ def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
     method twice) and a value that makes no valid method label."""
     problems = [f"{where}.grid.{key}: also set in params; give it in one place" for key in item.grid
                 if key in item.params]
-    for key, values in item.grid.items():
+    return problems + _grid_value_problems(item.grid, where)
+
+
+def _loss_grid_problems(item: LossSpec, where: str) -> list[str]:
+    """As :func:`_grid_problems`, for a loss's grid of dotted paths into its options, overrides and
+    model options."""
+    return _loss_grid_path_problems(item, where) + _grid_value_problems(item.grid, where)
+
+
+def _loss_grid_path_problems(item: LossSpec, where: str) -> list[str]:
+    problems = []
+    for key in item.grid:
+        section, *path = key.split(".")
+        if section not in _LOSS_GRID_SECTIONS or not path or not all(path):
+            problems.append(f"{where}.grid.{key}: expected options.<name>, overrides.<section>.<key> or "
+                            "model_options.<name>")
+        elif (problem := _path_problem(getattr(item, section), path)) is not None:
+            problems.append(f"{where}.grid.{key}: {problem}")
+        inner = [other for other in item.grid if other.startswith(key + ".")]
+        if inner:
+            problems.append(f"{where}.grid.{key}: {inner} vary settings inside it; give one or the other")
+    return problems
+
+
+def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
+    problems = []
+    for key, values in grid.items():
         texts = [_label_text(value) for value in values]
         twice = sorted({text for text in texts if texts.count(text) > 1})
         if twice:
@@ -478,7 +556,7 @@ def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
         bad = [value for value in values if not re.fullmatch(r"[A-Za-z0-9_.@+-]+", _label_text(value))]
         if bad:
             problems.append(f"{where}.grid.{key}: {bad} cannot be part of a method label (letters, digits, "
-                            "_ . @ + - only); write such values out as separate gbdt items with a label")
+                            "_ . @ + - only); write such values out as separate items with a label")
     return problems
 
 
@@ -525,31 +603,38 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         problems.append(f"neural.{key}: set by the grid (datasets, models, losses, seeds, --out), "
                         "not by the shared neural settings")
     problems += _spec_owned_problems(spec.neural, "neural")
-    for i, loss in enumerate(spec.losses):
-        for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"}):
-            problems.append(f"losses.{i}.overrides.{key}: set by the grid, not by a loss override")
-        problems += _spec_owned_problems(loss.overrides, f"losses.{i}.overrides")
-        for key in sorted(set(loss.model_options) & {"kind", "label"}):
-            problems.append(f"losses.{i}.model_options.{key}: set by the model, not by a loss")
-        unknown_models = [m for m in loss.models or [] if m not in {model.label for model in spec.models}]
+    available = set(loss_registry.available())
+    # Each loss of the grid, named by its item ("losses.2") and, from a grid, its label too.
+    loss_entries: list[tuple[str, LossSpec]] = []
+    for i, item in enumerate(spec.losses):
+        unknown_models = [m for m in item.models or [] if m not in {model.label for model in spec.models}]
         if unknown_models:
             problems.append(f"losses.{i}.models: {unknown_models} not model label(s) of the spec; models: "
                             f"{[model.label for model in spec.models]}")
-        elif loss.models is not None and not loss.models:
+        elif item.models is not None and not item.models:
             problems.append(f"losses.{i}.models: empty; omit it to train the loss with every model")
-    available = set(loss_registry.available())
-    for i, loss in enumerate(spec.losses):
-        if loss.name not in available:
-            problems.append(f"losses.{i}.name: unknown loss {loss.name!r}; available: {sorted(available)}")
-            continue
+        grid_problems = _loss_grid_problems(item, f"losses.{i}")
+        problems += grid_problems
+        if item.name not in available:
+            problems.append(f"losses.{i}.name: unknown loss {item.name!r}; available: {sorted(available)}")
+        elif not grid_problems:  # a bad grid's losses are not checked one by one
+            loss_entries += [(f"losses.{i}" + (f" ({loss.tag})" if item.grid else ""), loss)
+                             for loss in item.variants()]
+    for where, loss in loss_entries:
+        for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"}):
+            problems.append(f"{where}.overrides.{key}: set by the grid, not by a loss override")
+        problems += _spec_owned_problems(loss.overrides, f"{where}.overrides")
+        for key in sorted(set(loss.model_options) & {"kind", "label"}):
+            problems.append(f"{where}.model_options.{key}: set by the model, not by a loss")
+    for where, loss in loss_entries:
         unknown = sorted(set(loss.options) - set(loss_registry.options(loss.name)))
         if unknown:
-            problems.append(f"losses.{i}.options: unknown option(s) {unknown} for {loss.name!r}")
+            problems.append(f"{where}.options: unknown option(s) {unknown} for {loss.name!r}")
             continue
         try:
             check_loss_options(loss.name, loss.options)  # the values too, not hours into the grid
         except (SmoothrankError, TypeError, ValueError) as err:
-            problems.append(f"losses.{i}.options: {err}")
+            problems.append(f"{where}.options: {err}")
     for i, item in enumerate(spec.gbdt):
         grid_problems = _grid_problems(item, f"gbdt.{i}")
         problems += grid_problems
