@@ -112,7 +112,14 @@ def test_grid_methods_train_and_can_be_the_baseline(letor_files, tmp_path):
 
 @pytest.mark.parametrize(("grid", "params", "fragment"), [
     ({"num_leaves": [3, 7]}, {"num_leaves": 5}, "gbdt.0.grid.num_leaves: also set in params"),
-    ({"num_leaves": [3, 3]}, {}, "gbdt.0.grid.num_leaves: ['3'] listed twice"),
+    ({"num_leaves": [3, 3]}, {}, "gbdt.0.grid.num_leaves: values that give the same label text ['3']"),
+    ({"foo bar": [1]}, {}, "gbdt.0.grid.'foo bar': not a booster parameter name"),
+    ({"": [1, 2]}, {}, "gbdt.0.grid.'': not a booster parameter name"),
+    ({"/../escaped": [1]}, {}, "not a booster parameter name"),
+    ({"options.temperature": [1.0]}, {}, "loss options and other settings cannot be varied by a gbdt grid"),
+    ({"num_boost_round": [100, 300]}, {}, "gbdt.0.grid.num_boost_round: set by the harness"),
+    ({"num_leaves": list(range(2, 202)), "max_depth": list(range(1, 52))}, {},
+     "gbdt.0.grid: 10200 combinations, more than the 10000"),
     ({"num_leaves": []}, {}, "gbdt.0.grid.num_leaves"),
     ({"boosting": ["gbdt", "a b"]}, {}, "gbdt.0.grid.boosting: ['a b'] cannot be part of a method label"),
     ({"num_leaves": [3, -4]}, {}, "gbdt.0 (lightgbm-lambdarank-num_leaves-4)"),
@@ -157,7 +164,7 @@ def test_loss_grid_expands_to_the_losses_written_out(letor_files):
     ({"grid": {"overrides.optimizer": [1], "overrides.optimizer.lr": [0.1]}},
      "losses.0.grid.overrides.optimizer: ['overrides.optimizer.lr'] vary settings inside it"),
     ({"grid": {"options.temperature": [1.0, 1.0]}},
-     "losses.0.grid.options.temperature: ['1.0'] listed twice"),
+     "losses.0.grid.options.temperature: values that give the same label text ['1.0']"),
     ({"grid": {"options.temperature": [-1.0]}}, "losses.0 (neural_ndcg-temperature-1.0).options"),
     ({"grid": {"options.colour": [1]}},
      "losses.0 (neural_ndcg-colour1).options: unknown option(s) ['colour']"),
@@ -946,6 +953,23 @@ def test_gbdt_labels_beyond_the_gain_table_are_a_clear_error_or_get_their_gains(
     ours = mean_metrics(evaluate_flat(fitted.predict(data), data.labels, offsets=data.offsets,
                                       metrics=["ndcg@5"], convention="lightgbm"))["ndcg@5"]
     assert fitted.history[-1]["valid_ndcg@5"] == pytest.approx(ours, abs=1e-9)
+
+
+def test_grid_problems_of_the_item_itself_are_reported_once(letor_files, tmp_path):
+    bad_objective = {"library": "xgboost", "objective": "rank:nope", "grid": {"max_depth": [2, 3, 4, 5]}}
+    owned = {"name": "list_net", "overrides": {"training": {"num_threads": 2}},
+             "grid": {"overrides.optimizer.lr": [0.1, 0.01, 0.001]}}
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(_spec_dict(letor_files, gbdt=[bad_objective], losses=[owned], baseline=None))
+    message = str(info.value)
+    assert message.count("gbdt.0.objective") == 1 and "gbdt.0 (" not in message
+    assert "losses.0 (" not in message and "losses.0.overrides.training.num_threads" in message
+    # A YAML date is a value no label can hold: refused by name, not a TypeError.
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: t\ndatasets: [{name: mq2008, mq2008_folds: [1]}]\n"
+                    "gbdt: [{library: lightgbm, objective: lambdarank, grid: {num_leaves: [2024-01-01]}}]\n")
+    with pytest.raises(ConfigError, match=r"gbdt.0.grid.num_leaves: \[datetime.date\(2024, 1, 1\)\] cannot"):
+        load_spec(path)
 
 
 def test_the_documented_spec_example_is_valid():

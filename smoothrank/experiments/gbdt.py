@@ -48,9 +48,9 @@ GBDT_OBJECTIVES: dict[str, tuple[str, ...]] = {
 }
 
 # Parameters the harness sets itself: a user value would break the fold protocol.
-_RESERVED = {"objective", "metric", "eval_metric", "eval_at", "ndcg_eval_at", "seed", "random_state",
-             "early_stopping_round", "early_stopping_rounds", "num_iterations", "num_boost_round",
-             "n_estimators"}
+RESERVED_PARAMS = {"objective", "metric", "eval_metric", "eval_at", "ndcg_eval_at", "seed", "random_state",
+                   "early_stopping_round", "early_stopping_rounds", "num_iterations", "num_boost_round",
+                   "n_estimators"}
 
 
 @dataclass
@@ -104,7 +104,7 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
         key = "options" if loss_options else "hessian" if hessian != "constant" else "min_hessian"
         raise ConfigError(f"{where}.{key}: only for a smoothrank loss as the objective, not {library}'s "
                           f"own {objective!r}")
-    clash = sorted(set(params or {}) & _RESERVED)
+    clash = sorted(set(params or {}) & RESERVED_PARAMS)
     if clash:
         raise ConfigError(f"{where}.params: {clash} are set by the harness (use num_boost_round, "
                           "early_stopping_rounds and eval_at instead)")

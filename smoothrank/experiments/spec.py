@@ -144,7 +144,7 @@ class LossSpec(_Strict):
         ``overrides.optimizer.lr``, ``model_options.dropout``) and the label
         ``<tag>-<last key><value>...``. A copy's cells, fingerprints included, are those of the same
         loss written out as its own item."""
-        if not self.grid or _loss_grid_path_problems(self, "grid"):
+        if not self.grid or _grid_size(self.grid) > MAX_GRID or _loss_grid_path_problems(self, "grid"):
             return [self]  # a bad grid is reported by the spec's checks, not expanded
         keys = list(self.grid)
         copies = []
@@ -225,8 +225,8 @@ class GBDTSpec(_Strict):
         the grid's values (first key outermost), those values added to ``params`` and the label
         ``<tag>-<key><value>-<key><value>...``. A copy's cells, fingerprints included, are those of
         the same method written out as its own item."""
-        if not self.grid:
-            return [self]
+        if not self.grid or _grid_size(self.grid) > MAX_GRID:
+            return [self]  # a grid too large is reported by the spec's checks, not expanded
         keys = list(self.grid)
         copies = []
         for values in itertools.product(*(self.grid[key] for key in keys)):
@@ -238,9 +238,26 @@ class GBDTSpec(_Strict):
 
 
 def _label_text(value: Any) -> str:
-    """A grid value as it appears in a method label: strings as they are, the rest as JSON (0.05,
-    true, null); a value that makes the label invalid is reported by the spec's checks."""
-    return value if isinstance(value, str) else json.dumps(value)
+    """A grid value as it appears in a method label: strings as they are, numbers, booleans and null
+    as in JSON (0.05, true, null), anything else (a list, a mapping, a YAML date) by its repr, which
+    no label can hold: the spec's checks refuse it."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool | int | float):
+        return json.dumps(value)
+    return repr(value)
+
+
+# More combinations than this in one item's grid is refused (a typo, not a plan): each one is
+# checked against the library or the trainer before anything runs.
+MAX_GRID = 10_000
+
+
+def _grid_size(grid: dict[str, list[Any]]) -> int:
+    size = 1
+    for values in grid.values():
+        size *= len(values) if isinstance(values, list) else 1
+    return size
 
 
 class LearnerSpec(_Strict):
@@ -520,8 +537,20 @@ def _seed_problems(spec: ExperimentSpec) -> list[str]:
 def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
     """A grid key also in ``params`` (two values for one parameter), a value listed twice (the same
     method twice) and a value that makes no valid method label."""
-    problems = [f"{where}.grid.{key}: also set in params; give it in one place" for key in item.grid
-                if key in item.params]
+    from smoothrank.experiments.gbdt import RESERVED_PARAMS
+
+    problems = []
+    for key in item.grid:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", key):
+            problems.append(f"{where}.grid.{key!r}: not a booster parameter name (letters, digits and _); "
+                            "loss options and other settings cannot be varied by a gbdt grid, write those "
+                            "methods out as items")
+        elif key in RESERVED_PARAMS:
+            problems.append(f"{where}.grid.{key}: set by the harness (from the spec's objective, seeds, "
+                            "num_boost_round, early_stopping_rounds and eval_at), not by a grid; write such "
+                            "methods out as items")
+        elif key in item.params:
+            problems.append(f"{where}.grid.{key}: also set in params; give it in one place")
     return problems + _grid_value_problems(item.grid, where)
 
 
@@ -548,11 +577,14 @@ def _loss_grid_path_problems(item: LossSpec, where: str) -> list[str]:
 
 def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
     problems = []
+    if (size := _grid_size(grid)) > MAX_GRID:
+        problems.append(f"{where}.grid: {size} combinations, more than the {MAX_GRID} one item may have")
     for key, values in grid.items():
         texts = [_label_text(value) for value in values]
         twice = sorted({text for text in texts if texts.count(text) > 1})
         if twice:
-            problems.append(f"{where}.grid.{key}: {twice} listed twice")
+            problems.append(f"{where}.grid.{key}: values that give the same label text {twice} more than "
+                            "once (a value listed twice?)")
         bad = [value for value in values if not re.fullmatch(r"[A-Za-z0-9_.@+-]+", _label_text(value))]
         if bad:
             problems.append(f"{where}.grid.{key}: {bad} cannot be part of a method label (letters, digits, "
@@ -560,9 +592,41 @@ def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
     return problems
 
 
+def _loss_problems(loss: LossSpec, where: str) -> list[str]:
+    """What the trainer would refuse in a loss item of a known loss: keys the grid sets, spec-owned
+    settings, model keys, unknown options and option values (computed once on a tiny batch)."""
+    from smoothrank import losses as loss_registry
+    from smoothrank.training.config import check_loss_options
+
+    problems = [f"{where}.overrides.{key}: set by the grid, not by a loss override"
+                for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"})]
+    problems += _spec_owned_problems(loss.overrides, f"{where}.overrides")
+    problems += [f"{where}.model_options.{key}: set by the model, not by a loss"
+                 for key in sorted(set(loss.model_options) & {"kind", "label"})]
+    unknown = sorted(set(loss.options) - set(loss_registry.options(loss.name)))
+    if unknown:
+        return [*problems, f"{where}.options: unknown option(s) {unknown} for {loss.name!r}"]
+    try:
+        check_loss_options(loss.name, loss.options)  # the values too, not hours into the grid
+    except (SmoothrankError, TypeError, ValueError) as err:
+        problems.append(f"{where}.options: {err}")
+    return problems
+
+
+def _gbdt_problems(gb: GBDTSpec, where: str) -> list[str]:
+    """What the library (or smoothrank.boosting) would refuse in a gbdt item, probed on a tiny array."""
+    from smoothrank.experiments.gbdt import check_gbdt
+
+    try:
+        check_gbdt(gb.library, gb.objective, gb.params, where=where, loss_options=gb.options,
+                   hessian=gb.hessian, min_hessian=gb.min_hessian)
+    except ConfigError as err:
+        return [str(err)]
+    return []
+
+
 def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     from smoothrank import losses as loss_registry
-    from smoothrank.experiments.gbdt import check_gbdt
     from smoothrank.training.config import check_loss_options, check_metric, config_from_dict
 
     problems: list[str] = []
@@ -604,8 +668,6 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                         "not by the shared neural settings")
     problems += _spec_owned_problems(spec.neural, "neural")
     available = set(loss_registry.available())
-    # Each loss of the grid, named by its item ("losses.2") and, from a grid, its label too.
-    loss_entries: list[tuple[str, LossSpec]] = []
     for i, item in enumerate(spec.losses):
         unknown_models = [m for m in item.models or [] if m not in {model.label for model in spec.models}]
         if unknown_models:
@@ -614,37 +676,25 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         elif item.models is not None and not item.models:
             problems.append(f"losses.{i}.models: empty; omit it to train the loss with every model")
         grid_problems = _loss_grid_problems(item, f"losses.{i}")
-        problems += grid_problems
         if item.name not in available:
+            problems += grid_problems
             problems.append(f"losses.{i}.name: unknown loss {item.name!r}; available: {sorted(available)}")
-        elif not grid_problems:  # a bad grid's losses are not checked one by one
-            loss_entries += [(f"losses.{i}" + (f" ({loss.tag})" if item.grid else ""), loss)
-                             for loss in item.variants()]
-    for where, loss in loss_entries:
-        for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"}):
-            problems.append(f"{where}.overrides.{key}: set by the grid, not by a loss override")
-        problems += _spec_owned_problems(loss.overrides, f"{where}.overrides")
-        for key in sorted(set(loss.model_options) & {"kind", "label"}):
-            problems.append(f"{where}.model_options.{key}: set by the model, not by a loss")
-    for where, loss in loss_entries:
-        unknown = sorted(set(loss.options) - set(loss_registry.options(loss.name)))
-        if unknown:
-            problems.append(f"{where}.options: unknown option(s) {unknown} for {loss.name!r}")
             continue
-        try:
-            check_loss_options(loss.name, loss.options)  # the values too, not hours into the grid
-        except (SmoothrankError, TypeError, ValueError) as err:
-            problems.append(f"{where}.options: {err}")
+        own = _loss_problems(item, f"losses.{i}")
+        problems += grid_problems + own
+        # Each combination of a sound grid, checked as if written out; the item's own problems are
+        # reported once, above, not once per combination.
+        if item.grid and not grid_problems and not own:
+            for loss in item.variants():
+                problems += _loss_problems(loss, f"losses.{i} ({loss.tag})")
     for i, item in enumerate(spec.gbdt):
         grid_problems = _grid_problems(item, f"gbdt.{i}")
         problems += grid_problems
-        for gb in [] if grid_problems else item.variants():  # a bad grid's methods are not probed
-            where = f"gbdt.{i}" + (f" ({gb.tag})" if item.grid else "")
-            try:
-                check_gbdt(gb.library, gb.objective, gb.params, where=where, loss_options=gb.options,
-                           hessian=gb.hessian, min_hessian=gb.min_hessian)
-            except ConfigError as err:
-                problems.append(str(err))
+        own = _gbdt_problems(item, f"gbdt.{i}")  # the item without its grid
+        problems += own
+        if item.grid and not grid_problems and not own:
+            for gb in item.variants():
+                problems += _gbdt_problems(gb, f"gbdt.{i} ({gb.tag})")
     if spec.ensemble and len(set(spec.seeds)) < 2:
         problems.append(f"ensemble: a seed ensemble needs at least 2 distinct seeds, got seeds: {spec.seeds}")
     if spec.ensemble_normalize not in ("zscore", "rank", "none"):
@@ -671,6 +721,10 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                         "needs one (valid:)")
     if spec.refit:
         problems += _refit_problems(spec)
+    # A grid's labels are built from its keys and values, which are checked above; this is the guard
+    # that no label (a run folder's name) escapes the pattern whatever made it.
+    problems += [f"losses/gbdt: method label {label!r} is not a valid label (letters, digits, _ . @ + -)"
+                 for label in methods if not re.fullmatch(_LABEL, label)]
     labels = methods + spec.ensemble_labels() + spec.blend_labels()
     for label in sorted({x for x in labels if labels.count(x) > 1}):
         problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")
