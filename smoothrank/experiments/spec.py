@@ -47,6 +47,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -254,10 +255,7 @@ MAX_GRID = 10_000
 
 
 def _grid_size(grid: dict[str, list[Any]]) -> int:
-    size = 1
-    for values in grid.values():
-        size *= len(values) if isinstance(values, list) else 1
-    return size
+    return math.prod(len(values) for values in grid.values())
 
 
 class LearnerSpec(_Strict):
