@@ -70,7 +70,8 @@ from smoothrank.errors import ConfigError, SmoothrankError
 
 __all__ = ["Cell", "ExperimentSpec", "expand", "load_spec", "spec_from_dict"]
 
-_LABEL = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$"
+_LABEL_CHARS = "A-Za-z0-9_.@+-"  # what a method label (a run folder's name) may hold
+_LABEL = rf"^[A-Za-z0-9][{_LABEL_CHARS}]*$"
 
 
 class _Strict(BaseModel):
@@ -583,7 +584,7 @@ def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
         if twice:
             problems.append(f"{where}.grid.{key}: values that give the same label text {twice} more than "
                             "once (a value listed twice?)")
-        bad = [value for value in values if not re.fullmatch(r"[A-Za-z0-9_.@+-]+", _label_text(value))]
+        bad = [value for value in values if not re.fullmatch(rf"[{_LABEL_CHARS}]+", _label_text(value))]
         if bad:
             problems.append(f"{where}.grid.{key}: {bad} cannot be part of a method label (letters, digits, "
                             "_ . @ + - only); write such values out as separate items with a label")
