@@ -124,6 +124,12 @@ def test_grid_methods_train_and_can_be_the_baseline(letor_files, tmp_path):
     ({"boosting": ["gbdt", "a b"]}, {}, "gbdt.0.grid.boosting: ['a b'] cannot be part of a method label"),
     ({"num_leaves": [3, -4]}, {}, "gbdt.0 (lightgbm-lambdarank-num_leaves-4)"),
     ({"num_leaves": 3}, {}, "gbdt.0.grid.num_leaves"),
+    # LightGBM's aliases: the harness's parameters under another name, one parameter in two places,
+    # and a misspelt key, which LightGBM would only warn of (every method of the grid the same run).
+    ({"num_trees": [50, 100]}, {}, "gbdt.0.grid.num_trees (= num_iterations): set by the harness"),
+    ({"lambda_l2": [1, 0.5, 1.0]}, {}, "gbdt.0.grid.lambda_l2: 1 and 1.0 are one value under two labels"),
+    ({"num_leaf": [3, 7]}, {"num_leaves": 5}, "gbdt.0.grid.num_leaf: also set in params (as num_leaves"),
+    ({"num_leafs": [3, 7]}, {}, "gbdt.0.grid.num_leafs: not a lightgbm parameter (misspelt?"),
 ])
 def test_gbdt_grid_errors_name_the_key_and_the_method(letor_files, grid, params, fragment):
     item = {"library": "lightgbm", "objective": "lambdarank", "params": params, "grid": grid}
@@ -166,6 +172,8 @@ def test_loss_grid_expands_to_the_losses_written_out(letor_files):
     ({"grid": {"options.temperature": [1.0, 1.0]}},
      "losses.0.grid.options.temperature: values that give the same label text ['1.0']"),
     ({"grid": {"options.temperature": [-1.0]}}, "losses.0 (neural_ndcg-temperature-1.0).options"),
+    ({"grid": {"options.temperature": [1, 1.0]}},
+     "losses.0.grid.options.temperature: 1 and 1.0 are one value under two labels"),
     ({"grid": {"options.colour": [1]}},
      "losses.0 (neural_ndcg-colour1).options: unknown option(s) ['colour']"),
     ({"grid": {"overrides.seed": [1]}}, "losses.0 (neural_ndcg-seed1).overrides.seed: set by the grid"),
@@ -305,8 +313,50 @@ def test_gbdt_rejects_reserved_params(letor_files):
     train = load_letor(letor_files / "train.txt")
     with pytest.raises(ConfigError, match="set by the harness"):
         fit_gbdt(train, None, library="lightgbm", objective="lambdarank", params={"eval_at": [3]})
+    # An alias, caught when training too.
+    with pytest.raises(ConfigError, match=r"num_trees \(= num_iterations\)"):
+        fit_gbdt(train, None, library="lightgbm", objective="lambdarank", params={"num_trees": 3})
     with pytest.raises(ConfigError, match="objective"):
         fit_gbdt(train, None, library="lightgbm", objective="rank:ndcg")
+
+
+@pytest.mark.parametrize(("library", "objective", "params", "fragment"), [
+    # LightGBM takes each harness parameter under aliases; a user value would replace the harness's.
+    ("lightgbm", "lambdarank", {"num_trees": 50}, "['num_trees (= num_iterations)'] are set by the harness"),
+    ("lightgbm", "lambdarank", {"early_stopping": 5}, "['early_stopping (= early_stopping_round)']"),
+    ("lightgbm", "lambdarank", {"application": "binary"}, "['application (= objective)']"),
+    ("lightgbm", "lambdarank", {"ndcg_at": [3]}, "['ndcg_at (= eval_at)']"),
+    ("lightgbm", "list_mle", {"random_seed": 3}, "['random_seed (= seed)']"),
+    ("lightgbm", "lambdarank", {"num_leaves": 7, "num_leaf": 9},
+     "['num_leaves', 'num_leaf (= num_leaves)'] name one lightgbm parameter more than once"),
+    # Misspellings: both libraries only warn of them and train as if they were absent.
+    ("lightgbm", "lambdarank", {"num_leafs": 7}, "lightgbm refuses them: ['num_leafs']: not parameter(s)"),
+    ("lightgbm", "neural_ndcg", {"min_data_in_lef": 7}, "['min_data_in_lef']: not parameter(s)"),
+    ("xgboost", "rank:ndcg", {"max_depht": 3, "eta": 0.1}, "xgboost refuses them: ['max_depht']: not param"),
+    ("xgboost", "list_mle", {"max_depht": 3}, "xgboost refuses them: ['max_depht']"),
+])
+def test_gbdt_params_under_aliases_or_misspelt_are_refused_before_any_run(letor_files, library, objective,
+                                                                          params, fragment):
+    pytest.importorskip(library)
+    item = {"library": library, "objective": objective, "params": params}
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(_spec_dict(letor_files, gbdt=[item], baseline=None), source="aliases.yaml")
+    assert "gbdt.0.params: " in str(info.value) and fragment in str(info.value)
+
+
+@pytest.mark.parametrize(("library", "params"), [
+    ("lightgbm", {"num_leaf": 7, "min_child_samples": 5, "eta": 0.05, "subsample": 0.8, "subsample_freq": 1,
+                  "colsample_bytree": 0.9, "reg_lambda": 1.0, "verbose": -1, "label_gain": [0, 1, 3]}),
+    ("xgboost", {"max_depth": 3, "eta": 0.05, "subsample": 0.8, "lambda": 1.0, "min_child_weight": 2,
+                 "lambdarank_pair_method": "topk", "lambdarank_num_pair_per_sample": 4}),
+])
+def test_gbdt_params_the_libraries_know_are_accepted(letor_files, library, params):
+    """The misspelling check refuses no name the library takes, aliases included."""
+    pytest.importorskip(library)
+    objective = "lambdarank" if library == "lightgbm" else "rank:ndcg"
+    item = {"library": library, "objective": objective, "params": params}
+    spec = spec_from_dict(_spec_dict(letor_files, gbdt=[item], baseline=None), source="known.yaml")
+    assert spec.gbdt[0].params == params
 
 
 @pytest.mark.parametrize("constraints", [[[100]], [[0], [46]], "[0,1],[46]", [[0, -1]], [["f1"]], [3], 7])

@@ -26,6 +26,7 @@ validation scores instead, so boosters and neural runs are selected by the same 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -39,7 +40,8 @@ import numpy as np
 
 from smoothrank.errors import ConfigError, SmoothrankError
 
-__all__ = ["GBDT_OBJECTIVES", "GBDTResult", "check_gbdt", "fit_gbdt", "is_loss_objective"]
+__all__ = ["GBDT_OBJECTIVES", "GBDTResult", "canonical_param", "check_gbdt", "fit_gbdt", "is_loss_objective",
+           "reserved_param", "unknown_params"]
 
 #: library -> objectives supported here.
 GBDT_OBJECTIVES: dict[str, tuple[str, ...]] = {
@@ -47,7 +49,9 @@ GBDT_OBJECTIVES: dict[str, tuple[str, ...]] = {
     "xgboost": ("rank:pairwise", "rank:ndcg"),
 }
 
-# Parameters the harness sets itself: a user value would break the fold protocol.
+# Parameters the harness sets itself: a user value would break the fold protocol. LightGBM also
+# takes each of its own under aliases (num_trees, early_stopping, application, ndcg_at, ...), which
+# are refused with them (:func:`reserved_param`).
 RESERVED_PARAMS = {"objective", "metric", "eval_metric", "eval_at", "ndcg_eval_at", "seed", "random_state",
                    "early_stopping_round", "early_stopping_rounds", "num_iterations", "num_boost_round",
                    "n_estimators"}
@@ -104,13 +108,65 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
         key = "options" if loss_options else "hessian" if hessian != "constant" else "min_hessian"
         raise ConfigError(f"{where}.{key}: only for a smoothrank loss as the objective, not {library}'s "
                           f"own {objective!r}")
-    clash = sorted(set(params or {}) & RESERVED_PARAMS)
+    clash = [_named(library, key) for key in params or {} if reserved_param(library, key) is not None]
     if clash:
         raise ConfigError(f"{where}.params: {clash} are set by the harness (use num_boost_round, "
                           "early_stopping_rounds and eval_at instead)")
+    twice = _aliased_twice(library, params or {})
+    if twice:
+        raise ConfigError(f"{where}.params: {twice} name one {library} parameter more than once; "
+                          "give it once")
     complaint = _params_complaint(library, objective, dict(params or {})) if probe else None
     if complaint is not None:
         raise ConfigError(f"{where}.params: {library} refuses them: {complaint}")
+
+
+def reserved_param(library: str, key: str) -> str | None:
+    """The parameter the harness sets that ``key`` names (itself or, for LightGBM, an alias of it:
+    ``num_trees`` is ``num_iterations``), or None."""
+    if key in RESERVED_PARAMS:
+        return key
+    canonical = canonical_param(library, key)
+    return canonical if canonical in RESERVED_PARAMS else None
+
+
+def canonical_param(library: str, key: str) -> str:
+    """LightGBM's own name for ``key`` when it is one of its aliases (``num_leaf`` ->
+    ``num_leaves``), else ``key``. XGBoost: ``key``."""
+    names = _lightgbm_names() if library == "lightgbm" else None
+    return (names or {}).get(key, key)
+
+
+def unknown_params(library: str, params: Mapping[str, Any]) -> list[str]:
+    """Names in ``params`` that LightGBM knows neither as a parameter nor as an alias (a misspelling,
+    which LightGBM would only warn of and ignore). Empty where LightGBM is not installed or cannot
+    list its parameters; XGBoost's are found by :func:`_params_complaint`."""
+    names = _lightgbm_names() if library == "lightgbm" else None
+    return [] if names is None else [key for key in params if key not in names]
+
+
+@functools.cache
+def _lightgbm_names() -> dict[str, str] | None:
+    """Every LightGBM parameter name and alias -> the parameter's name, as the library lists them
+    (``LGBM_DumpParamAliases``, LightGBM >= 4.0); None without LightGBM or that listing."""
+    try:
+        table = _import("lightgbm").basic._ConfigAliases._get_all_param_aliases()
+    except (SmoothrankError, AttributeError):
+        return None
+    return {alias: name for name, aliases in table.items() for alias in (name, *aliases)}
+
+
+def _named(library: str, key: str) -> str:
+    """``key``, followed by the parameter it is an alias of."""
+    canonical = canonical_param(library, key)
+    return key if canonical == key else f"{key} (= {canonical})"
+
+
+def _aliased_twice(library: str, params: Mapping[str, Any]) -> list[str]:
+    """Keys of ``params`` that name the same parameter as another key (``num_leaves`` and ``num_leaf``)."""
+    canonical = [canonical_param(library, key) for key in params]
+    return [_named(library, key) for key, name in zip(params, canonical, strict=True)
+            if canonical.count(name) > 1]
 
 
 def _check_loss_objective(library: str, objective: str, loss_options: dict[str, Any], hessian: str, *,
@@ -176,11 +232,14 @@ def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> s
         return None
     if is_loss_objective(library, objective):
         objective = _CUSTOM[library]  # the parameters' check does not depend on the loss
+    unknown = unknown_params(library, params)
+    if unknown:
+        return _unknown_message(unknown)
     features = np.zeros((4, 1), dtype=np.float32)
     labels, sizes = np.array([1.0, 0.0, 1.0, 0.0]), np.array([2, 2])
-    # Both libraries print what they raise (or warn of unused keys, which the run warns of again).
-    with _silenced(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    # Both libraries print what they raise; XGBoost warns of keys it does not use (a misspelling).
+    with _silenced(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         try:
             if library == "lightgbm":
                 module.Dataset(features, label=labels, group=sizes,
@@ -190,7 +249,19 @@ def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> s
                 module.Booster(_xgboost_params(objective, params, num_threads=1), [data]).num_boosted_rounds()
         except _library_errors(module, library) as err:
             return _library_message(err)
-    return None
+    unused = [name for warning in caught for name in _xgboost_unused(str(warning.message))]
+    return _unknown_message(unused) if unused else None
+
+
+def _xgboost_unused(message: str) -> list[str]:
+    """The keys of XGBoost's 'Parameters: { "a", "b" } are not used.' warning (none in other messages)."""
+    match = re.search(r"Parameters: \{(.*?)\} are not used", message, flags=re.DOTALL)
+    return re.findall(r'"([^"]*)"', match.group(1)) if match else []
+
+
+def _unknown_message(keys: list[str]) -> str:
+    return (f"{keys}: not parameter(s) it uses (misspelt? it would only warn and ignore them, and the runs "
+            "would not differ)")
 
 
 @contextlib.contextmanager

@@ -536,20 +536,26 @@ def _seed_problems(spec: ExperimentSpec) -> list[str]:
 def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
     """A grid key also in ``params`` (two values for one parameter), a value listed twice (the same
     method twice) and a value that makes no valid method label."""
-    from smoothrank.experiments.gbdt import RESERVED_PARAMS
+    from smoothrank.experiments.gbdt import canonical_param, reserved_param, unknown_params
 
     problems = []
+    given = {canonical_param(item.library, key): key for key in item.params}
     for key in item.grid:
         if not re.fullmatch(r"[A-Za-z0-9_]+", key):
             problems.append(f"{where}.grid.{key!r}: not a booster parameter name (letters, digits and _); "
                             "loss options and other settings cannot be varied by a gbdt grid, write those "
                             "methods out as items")
-        elif key in RESERVED_PARAMS:
-            problems.append(f"{where}.grid.{key}: set by the harness (from the spec's objective, seeds, "
-                            "num_boost_round, early_stopping_rounds and eval_at), not by a grid; write such "
-                            "methods out as items")
-        elif key in item.params:
-            problems.append(f"{where}.grid.{key}: also set in params; give it in one place")
+        elif (reserved := reserved_param(item.library, key)) is not None:
+            named = "" if reserved == key else f" (= {reserved})"
+            problems.append(f"{where}.grid.{key}{named}: set by the harness (from the spec's objective, "
+                            "seeds, num_boost_round, early_stopping_rounds and eval_at), not by a grid; "
+                            "write such methods out as items")
+        elif (other := given.get(canonical_param(item.library, key))) is not None:
+            same = "" if other == key else f" (as {other}, the same parameter)"
+            problems.append(f"{where}.grid.{key}: also set in params{same}; give it in one place")
+        elif unknown_params(item.library, {key: None}):
+            problems.append(f"{where}.grid.{key}: not a {item.library} parameter (misspelt? {item.library} "
+                            "would only warn and ignore it, and the grid's methods would not differ)")
     return problems + _grid_value_problems(item.grid, where)
 
 
@@ -584,6 +590,12 @@ def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
         if twice:
             problems.append(f"{where}.grid.{key}: values that give the same label text {twice} more than "
                             "once (a value listed twice?)")
+        # 1 and 1.0 (or true and 1) are two labels for one setting: the same runs twice.
+        equal = [(a, b) for i, a in enumerate(values) for b in values[i + 1:]
+                 if a == b and _label_text(a) != _label_text(b)]
+        if equal:
+            problems.append(f"{where}.grid.{key}: {', '.join(f'{a!r} and {b!r}' for a, b in equal)} are one "
+                            "value under two labels (the same setting twice); list it once")
         bad = [value for value in values if not re.fullmatch(rf"[{_LABEL_CHARS}]+", _label_text(value))]
         if bad:
             problems.append(f"{where}.grid.{key}: {bad} cannot be part of a method label (letters, digits, "
