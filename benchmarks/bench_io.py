@@ -2,7 +2,8 @@
 
 Usage: OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_io.py [--rounds 5] [--files SUBSTRING]
 
-Reads every file in ../shared/data (benchmarks may use it; the package never does): the 15 MQ2008
+Reads every file in ../shared/data, or $SMOOTHRANK_SHARED/data where that is set (benchmarks may use
+it; the package never does): the 15 MQ2008
 fold files, the MSLR sample (CRLF) and the LightGBM example files (group sizes from `.query`).
 All readers get the same decompressed bytes from memory and run interleaved, several rounds;
 medians are reported:
@@ -36,7 +37,9 @@ except ImportError:  # a runtime-only environment (scripts/demo's)
 
 from smoothrank.data import letor, load_letor, parse_letor
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+# The shared data folder: beside the checkout, or where SMOOTHRANK_SHARED says (as for the tests).
+_BESIDE = Path(__file__).resolve().parent.parent.parent / "shared"
+SHARED = Path(os.environ.get("SMOOTHRANK_SHARED") or _BESIDE) / "data"
 
 
 def _files() -> list[Path]:
@@ -63,6 +66,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--files", default="", help="only files whose path contains this")
     args = parser.parse_args()
+    if not SHARED.is_dir():
+        parser.error(f"the shared data folder is missing: {SHARED} "
+                     "(set SMOOTHRANK_SHARED to the folder holding data/)")
     first = _time(lambda: parse_letor(b"0 qid:1 1:0.5\n" * 8000))  # over FAST_MIN_BYTES: loads numba
     print(f"first call in this process (numba import + kernel load): {first * 1e3:.0f} ms\n")
     print("| file | MB | sklearn ms | smoothrank ms | ratio | strict (before) ms | ratio | cached ms |")

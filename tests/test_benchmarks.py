@@ -1,0 +1,55 @@
+"""The benchmark scripts still run: each at its smallest setting, no peer library, no timing asserted.
+
+The figures in docs/BENCHMARKS.md come from these scripts; a script broken by a later change would
+only be found the next time someone measured. Each runs here in a subprocess, as its docstring
+says to run it, and must exit 0 and print its table with a row for what was asked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+CASES = [
+    # script, arguments, lines the output must contain
+    ("bench_losses.py", ["--rounds", "1", "--repeats", "1", "--no-peer", "--losses", "list_mle,soft_ndcg",
+                         "--sizes", "4x8"],
+     ["| loss | implementation | batch x n |", "| list_mle | ours | 4 x 8 |",
+      "| soft_ndcg | ours | 4 x 8 |"]),
+    ("bench_softrank.py", ["--sizes", "4x8", "--rounds", "1", "--reps", "1", "--no-peer",
+                           "--cases", "soft_ndcg exact", "neural_ndcg (this project)"],
+     ["| case | 4x8 |", "| soft_ndcg exact |", "| neural_ndcg (this project) |"]),
+    ("bench_training.py", ["--rounds", "1", "--reps", "1", "--batch", "4", "--list-size", "8",
+                           "--features", "8", "--losses", "list_mle", "--skip-mq2008"],
+     ["| model | features | loss | step (ms) | queries / s |", "| context_aware (paper) | 8 | list_mle |"]),
+    ("bench_boosting.py", ["--reps", "1", "--rounds-per-fit", "2", "--calls", "1", "--cases", "list_mle"],
+     ["| objective | hessian | gradients (ms) |", "| lightgbm lambdarank (built in) |",
+      "| list_mle | constant |"]),
+    ("bench_diag_hessian.py", ["--reps", "1", "--budgets", "1,2"], ["| list_mle |"]),
+    ("bench_io.py", ["--rounds", "1", "--files", "rank.test"],
+     ["| file | MB | sklearn ms |", "| LightGBM-lambdarank/rank.test.gz |"]),
+    ("bench_neuralsort_precision.py", ["--rounds", "1", "--sizes", "4x8"], ["float64 logits"]),
+    ("profile_loss.py", ["--loss", "neural_ndcg", "--batch", "4", "--n", "8", "--calls", "1", "--rows", "5"],
+     ["Self CPU time total"]),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "expected"), CASES, ids=[case[0] for case in CASES])
+def test_benchmark_script_runs(shared_dir, script, args, expected):
+    env = {**os.environ, "SMOOTHRANK_SHARED": str(shared_dir), "OMP_WAIT_POLICY": "PASSIVE"}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    missing = [line for line in expected if line not in done.stdout]
+    assert not missing, f"{script} printed no {missing}:\n{done.stdout[-3000:]}"
+
+
+def test_every_benchmark_script_is_smoke_tested():
+    scripts = {path.name for path in (REPO / "benchmarks").glob("*.py")}
+    assert scripts == {case[0] for case in CASES}
