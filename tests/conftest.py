@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -10,6 +12,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # The shared specification and data folder: beside the checkout, or where SMOOTHRANK_SHARED says.
 SHARED = Path(os.environ.get("SMOOTHRANK_SHARED") or REPO.parent / "shared")
+
+
+def load_experiment_script(name: str) -> ModuleType:
+    """``experiments/<name>.py`` (a script, not a package module) imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -887,6 +887,7 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
                                               ("mq2008_refit_boosted", 50),
                                               ("mq2008_boosted_trees", 800),
                                               ("mq2008_ensemble_size", 300), ("mq2008_boosted_map", 75),
+                                              ("mq2008_threads", 45),
                                               ("lightgbm_example", 13),
                                               ("lightgbm_example_boosting", 21),
                                               ("mslr_sample", 6)])

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "tuning_surface.py"
+from conftest import load_experiment_script
 
 
 @pytest.fixture(scope="module")
 def surface():
-    spec = importlib.util.spec_from_file_location("tuning_surface", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment_script("tuning_surface")
 
 
 def _summary(path: Path, rows: dict[str, tuple[float, float]]) -> Path:
