@@ -126,7 +126,10 @@ def test_grid_methods_train_and_can_be_the_baseline(letor_files, tmp_path):
     ({"num_leaves": 3}, {}, "gbdt.0.grid.num_leaves"),
     # LightGBM's aliases: the harness's parameters under another name, one parameter in two places,
     # and a misspelt key, which LightGBM would only warn of (every method of the grid the same run).
-    ({"num_trees": [50, 100]}, {}, "gbdt.0.grid.num_trees (= num_iterations): set by the harness"),
+    ({"num_round": [50, 100]}, {}, "gbdt.0.grid.num_round (= num_iterations): set by the harness"),
+    ({"num_leaves": [3, 5], "num_leaf": [3, 5]}, {},
+     "gbdt.0.grid.num_leaf: the same parameter as grid key num_leaves"),
+    ({"min_sum_hessian_in_leaf": ["1e3", 1000]}, {}, "'1e3' and 1000 are one value under two labels"),
     ({"lambda_l2": [1, 0.5, 1.0]}, {}, "gbdt.0.grid.lambda_l2: 1 and 1.0 are one value under two labels"),
     ({"num_leaf": [3, 7]}, {"num_leaves": 5}, "gbdt.0.grid.num_leaf: also set in params (as num_leaves"),
     ({"num_leafs": [3, 7]}, {}, "gbdt.0.grid.num_leafs: not a lightgbm parameter (misspelt?"),
@@ -314,15 +317,24 @@ def test_gbdt_rejects_reserved_params(letor_files):
     with pytest.raises(ConfigError, match="set by the harness"):
         fit_gbdt(train, None, library="lightgbm", objective="lambdarank", params={"eval_at": [3]})
     # An alias, caught when training too.
-    with pytest.raises(ConfigError, match=r"num_trees \(= num_iterations\)"):
-        fit_gbdt(train, None, library="lightgbm", objective="lambdarank", params={"num_trees": 3})
+    with pytest.raises(ConfigError, match=r"num_round \(= num_iterations\)"):
+        fit_gbdt(train, None, library="lightgbm", objective="lambdarank", params={"num_round": 3})
     with pytest.raises(ConfigError, match="objective"):
         fit_gbdt(train, None, library="lightgbm", objective="rank:ndcg")
 
 
 @pytest.mark.parametrize(("library", "objective", "params", "fragment"), [
     # LightGBM takes each harness parameter under aliases; a user value would replace the harness's.
-    ("lightgbm", "lambdarank", {"num_trees": 50}, "['num_trees (= num_iterations)'] are set by the harness"),
+    ("lightgbm", "lambdarank", {"num_round": 50}, "['num_round (= num_iterations)'] are set by the harness"),
+    ("lightgbm", "lambdarank", {"n_jobs": 4}, "['n_jobs (= num_threads)'] are set by the harness"),
+    ("lightgbm", "lambdarank", {"early_stopping_min_delta": 0.5}, "['early_stopping_min_delta'] are set by"),
+    ("lightgbm", "lambdarank", {"verbose": 1}, "['verbose (= verbosity)'] would be ignored: the harness"),
+    ("xgboost", "rank:ndcg", {"num_trees": 3}, "['num_trees'] are set by the harness"),
+    ("xgboost", "rank:ndcg", {"n_jobs": 3}, "['n_jobs (= nthread)'] are set by the harness"),
+    ("xgboost", "rank:ndcg", {"learning_rate": 0.1, "eta": 0.01},
+     "['learning_rate', 'eta (= learning_rate)'] name one xgboost parameter more than once"),
+    # XGBoost's verbosity is process-wide: a user's 0 must not silence the check of the unused keys.
+    ("xgboost", "rank:ndcg", {"verbosity": 0, "max_dpeth": 3}, "['max_dpeth'] not xgboost parameter(s)"),
     ("lightgbm", "lambdarank", {"early_stopping": 5}, "['early_stopping (= early_stopping_round)']"),
     ("lightgbm", "lambdarank", {"application": "binary"}, "['application (= objective)']"),
     ("lightgbm", "lambdarank", {"ndcg_at": [3]}, "['ndcg_at (= eval_at)']"),
@@ -330,10 +342,10 @@ def test_gbdt_rejects_reserved_params(letor_files):
     ("lightgbm", "lambdarank", {"num_leaves": 7, "num_leaf": 9},
      "['num_leaves', 'num_leaf (= num_leaves)'] name one lightgbm parameter more than once"),
     # Misspellings: both libraries only warn of them and train as if they were absent.
-    ("lightgbm", "lambdarank", {"num_leafs": 7}, "lightgbm refuses them: ['num_leafs']: not parameter(s)"),
-    ("lightgbm", "neural_ndcg", {"min_data_in_lef": 7}, "['min_data_in_lef']: not parameter(s)"),
-    ("xgboost", "rank:ndcg", {"max_depht": 3, "eta": 0.1}, "xgboost refuses them: ['max_depht']: not param"),
-    ("xgboost", "list_mle", {"max_depht": 3}, "xgboost refuses them: ['max_depht']"),
+    ("lightgbm", "lambdarank", {"num_leafs": 7}, "['num_leafs'] not lightgbm parameter(s) that it uses here"),
+    ("lightgbm", "neural_ndcg", {"min_data_in_lef": 7}, "['min_data_in_lef'] not lightgbm parameter(s)"),
+    ("xgboost", "rank:ndcg", {"max_depht": 3, "eta": 0.1}, "['max_depht'] not xgboost parameter(s) that it"),
+    ("xgboost", "list_mle", {"max_depht": 3}, "['max_depht'] not xgboost parameter(s)"),
 ])
 def test_gbdt_params_under_aliases_or_misspelt_are_refused_before_any_run(letor_files, library, objective,
                                                                           params, fragment):
@@ -344,11 +356,34 @@ def test_gbdt_params_under_aliases_or_misspelt_are_refused_before_any_run(letor_
     assert "gbdt.0.params: " in str(info.value) and fragment in str(info.value)
 
 
+def test_xgboost_alias_table_matches_the_library():
+    """Each alias of the table sets its parameter in XGBoost's own configuration (so two of them in
+    one item are one parameter given twice)."""
+    xgb = pytest.importorskip("xgboost")
+    from smoothrank.experiments.gbdt import _XGBOOST_ALIASES
+
+    data = xgb.DMatrix(np.zeros((4, 1), dtype=np.float32), label=[1.0, 0.0, 1.0, 0.0], qid=[0, 0, 1, 1])
+    values = {"eta": 0.125, "gamma": 0.375, "lambda": 0.625, "alpha": 0.875, "random_state": 7, "n_jobs": 3}
+    assert set(values) == set(_XGBOOST_ALIASES)
+
+    def found(config, key):
+        if isinstance(config, dict):
+            for name, value in config.items():
+                yield from ([value] if name == key else []) + list(found(value, key))
+
+    for alias, name in _XGBOOST_ALIASES.items():
+        booster = xgb.Booster({"objective": "rank:ndcg", alias: values[alias]}, [data])
+        config = json.loads(booster.save_config())
+        assert {float(v) for v in found(config, name)} == {values[alias]}, (alias, name)
+
+
 @pytest.mark.parametrize(("library", "params"), [
     ("lightgbm", {"num_leaf": 7, "min_child_samples": 5, "eta": 0.05, "subsample": 0.8, "subsample_freq": 1,
-                  "colsample_bytree": 0.9, "reg_lambda": 1.0, "verbose": -1, "label_gain": [0, 1, 3]}),
+                  "colsample_bytree": 0.9, "reg_lambda": 1.0, "verbosity": -1, "label_gain": [0, 1, 3]}),
     ("xgboost", {"max_depth": 3, "eta": 0.05, "subsample": 0.8, "lambda": 1.0, "min_child_weight": 2,
                  "lambdarank_pair_method": "topk", "lambdarank_num_pair_per_sample": 4}),
+    # gblinear does not use the harness's tree_method: that is not the user's key to answer for.
+    ("xgboost", {"booster": "gblinear", "updater": "coord_descent", "feature_selector": "shuffle"}),
 ])
 def test_gbdt_params_the_libraries_know_are_accepted(letor_files, library, params):
     """The misspelling check refuses no name the library takes, aliases included."""

@@ -49,12 +49,22 @@ GBDT_OBJECTIVES: dict[str, tuple[str, ...]] = {
     "xgboost": ("rank:pairwise", "rank:ndcg"),
 }
 
-# Parameters the harness sets itself: a user value would break the fold protocol. LightGBM also
-# takes each of its own under aliases (num_trees, early_stopping, application, ndcg_at, ...), which
+# Parameters the harness sets itself from the spec (objective, seeds, rounds, early stopping,
+# eval_at, num_threads): a user value would break the fold protocol or be ignored. Both libraries
+# also take some of them under aliases (num_trees, early_stopping, application, n_jobs, ...), which
 # are refused with them (:func:`reserved_param`).
 RESERVED_PARAMS = {"objective", "metric", "eval_metric", "eval_at", "ndcg_eval_at", "seed", "random_state",
                    "early_stopping_round", "early_stopping_rounds", "num_iterations", "num_boost_round",
-                   "n_estimators"}
+                   "n_estimators", "num_trees", "num_threads", "nthread", "n_jobs",
+                   "early_stopping_min_delta", "first_metric_only"}
+
+# Parameters the harness sets by default and a user may override under their own name only:
+# LightGBM lets that name win over an alias, so an alias (verbose) would be silently ignored.
+_OVERRIDABLE = {"lightgbm": {"verbosity", "deterministic"}, "xgboost": set()}
+
+# XGBoost's aliases (its C++ parameter declarations); LightGBM lists its own (_lightgbm_names).
+_XGBOOST_ALIASES = {"eta": "learning_rate", "gamma": "min_split_loss", "lambda": "reg_lambda",
+                    "alpha": "reg_alpha", "random_state": "seed", "n_jobs": "nthread"}
 
 
 @dataclass
@@ -108,15 +118,29 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
         key = "options" if loss_options else "hessian" if hessian != "constant" else "min_hessian"
         raise ConfigError(f"{where}.{key}: only for a smoothrank loss as the objective, not {library}'s "
                           f"own {objective!r}")
-    clash = [_named(library, key) for key in params or {} if reserved_param(library, key) is not None]
+    params = dict(params or {})
+    clash = [_named(library, key) for key in params if reserved_param(library, key) is not None]
     if clash:
-        raise ConfigError(f"{where}.params: {clash} are set by the harness (use num_boost_round, "
-                          "early_stopping_rounds and eval_at instead)")
-    twice = _aliased_twice(library, params or {})
+        raise ConfigError(f"{where}.params: {clash} are set by the harness (use the spec's num_boost_round, "
+                          "early_stopping_rounds, eval_at, seeds and num_threads instead)")
+    twice = _aliased_twice(library, params)
     if twice:
         raise ConfigError(f"{where}.params: {twice} name one {library} parameter more than once; "
                           "give it once")
-    complaint = _params_complaint(library, objective, dict(params or {})) if probe else None
+    shadowed = [key for key in params if canonical_param(library, key) in _OVERRIDABLE[library] - {key}]
+    if shadowed:
+        names = sorted({canonical_param(library, key) for key in shadowed})
+        raise ConfigError(f"{where}.params: {[_named(library, key) for key in shadowed]} would be ignored: "
+                          f"the harness sets {names} itself, which {library} takes over an alias; write "
+                          f"{' and '.join(names)} instead")
+    if not probe:
+        return
+    unknown = unknown_params(library, params)
+    complaint, unused = _params_complaint(library, objective, params)
+    if unknown or unused:
+        raise ConfigError(f"{where}.params: {unknown or unused} not {library} parameter(s) that it uses here "
+                          f"(misspelt? {library} would only warn and ignore them, and the runs would not "
+                          "differ)")
     if complaint is not None:
         raise ConfigError(f"{where}.params: {library} refuses them: {complaint}")
 
@@ -131,16 +155,17 @@ def reserved_param(library: str, key: str) -> str | None:
 
 
 def canonical_param(library: str, key: str) -> str:
-    """LightGBM's own name for ``key`` when it is one of its aliases (``num_leaf`` ->
-    ``num_leaves``), else ``key``. XGBoost: ``key``."""
-    names = _lightgbm_names() if library == "lightgbm" else None
+    """The library's own name for ``key`` when it is one of its aliases (LightGBM ``num_leaf`` ->
+    ``num_leaves``, XGBoost ``eta`` -> ``learning_rate``), else ``key``."""
+    names = _lightgbm_names() if library == "lightgbm" else _XGBOOST_ALIASES
     return (names or {}).get(key, key)
 
 
 def unknown_params(library: str, params: Mapping[str, Any]) -> list[str]:
     """Names in ``params`` that LightGBM knows neither as a parameter nor as an alias (a misspelling,
     which LightGBM would only warn of and ignore). Empty where LightGBM is not installed or cannot
-    list its parameters; XGBoost's are found by :func:`_params_complaint`."""
+    list its parameters, and for XGBoost, whose unused keys depend on the booster and objective:
+    :func:`check_gbdt` finds those by configuring a booster with them."""
     names = _lightgbm_names() if library == "lightgbm" else None
     return [] if names is None else [key for key in params if key not in names]
 
@@ -218,8 +243,9 @@ def _library_message(err: Exception) -> str:
     return re.sub(r" at \S+, line \d+ \.?$", "", line).strip()  # LightGBM: " at src/x.cpp, line 349 ."
 
 
-def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> str | None:
-    """The library's complaint about ``params`` (None: it takes them), checked without training.
+def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """The library's complaint about ``params`` (None: it takes them) and, for XGBoost, the keys of
+    ``params`` it reports as not used; checked without training.
 
     LightGBM parses and checks its parameters when a Dataset is constructed, XGBoost when a
     Booster is configured: both take milliseconds on a four-row array. Parameters that depend on
@@ -229,15 +255,13 @@ def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> s
     try:
         module = _import(library)
     except SmoothrankError:
-        return None
+        return None, []
     if is_loss_objective(library, objective):
         objective = _CUSTOM[library]  # the parameters' check does not depend on the loss
-    unknown = unknown_params(library, params)
-    if unknown:
-        return _unknown_message(unknown)
     features = np.zeros((4, 1), dtype=np.float32)
     labels, sizes = np.array([1.0, 0.0, 1.0, 0.0]), np.array([2, 2])
-    # Both libraries print what they raise; XGBoost warns of keys it does not use (a misspelling).
+    # Both libraries print what they raise; XGBoost warns of keys it does not use (a misspelling),
+    # at verbosity 1 or more: a global setting, which a user's `verbosity: 0` must not turn off here.
     with _silenced(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -246,22 +270,20 @@ def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> s
                                params=_lightgbm_params(objective, params, num_threads=1)).construct()
             else:
                 data = module.DMatrix(features, label=labels, qid=np.repeat([0, 1], sizes))
-                module.Booster(_xgboost_params(objective, params, num_threads=1), [data]).num_boosted_rounds()
+                probed = {**_xgboost_params(objective, params, num_threads=1), "verbosity": 1}
+                with module.config_context(verbosity=1):
+                    module.Booster(probed, [data]).num_boosted_rounds()
         except _library_errors(module, library) as err:
-            return _library_message(err)
-    unused = [name for warning in caught for name in _xgboost_unused(str(warning.message))]
-    return _unknown_message(unused) if unused else None
+            return _library_message(err), []
+    # Only the user's keys: the harness's own (tree_method under gblinear) are not the user's doing.
+    unused = [name for warning in caught for name in _xgboost_unused(str(warning.message)) if name in params]
+    return None, unused
 
 
 def _xgboost_unused(message: str) -> list[str]:
     """The keys of XGBoost's 'Parameters: { "a", "b" } are not used.' warning (none in other messages)."""
     match = re.search(r"Parameters: \{(.*?)\} are not used", message, flags=re.DOTALL)
     return re.findall(r'"([^"]*)"', match.group(1)) if match else []
-
-
-def _unknown_message(keys: list[str]) -> str:
-    return (f"{keys}: not parameter(s) it uses (misspelt? it would only warn and ignore them, and the runs "
-            "would not differ)")
 
 
 @contextlib.contextmanager

@@ -540,6 +540,7 @@ def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
 
     problems = []
     given = {canonical_param(item.library, key): key for key in item.params}
+    varied: dict[str, str] = {}  # parameter -> the first grid key that varies it
     for key in item.grid:
         if not re.fullmatch(r"[A-Za-z0-9_]+", key):
             problems.append(f"{where}.grid.{key!r}: not a booster parameter name (letters, digits and _); "
@@ -548,12 +549,14 @@ def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
         elif (reserved := reserved_param(item.library, key)) is not None:
             named = "" if reserved == key else f" (= {reserved})"
             problems.append(f"{where}.grid.{key}{named}: set by the harness (from the spec's objective, "
-                            "seeds, num_boost_round, early_stopping_rounds and eval_at), not by a grid; "
-                            "write such methods out as items")
+                            "seeds, num_boost_round, early_stopping_rounds, eval_at and num_threads), not by "
+                            "a grid; write such methods out as items")
         elif (other := given.get(canonical_param(item.library, key))) is not None:
             same = "" if other == key else f" (as {other}, the same parameter)"
             problems.append(f"{where}.grid.{key}: also set in params{same}; give it in one place")
-        elif unknown_params(item.library, {key: None}):
+        elif (other := varied.setdefault(canonical_param(item.library, key), key)) != key:
+            problems.append(f"{where}.grid.{key}: the same parameter as grid key {other}; vary it once")
+        elif unknown_params(item.library, {key: None}):  # XGBoost's: in each combination's check
             problems.append(f"{where}.grid.{key}: not a {item.library} parameter (misspelt? {item.library} "
                             "would only warn and ignore it, and the grid's methods would not differ)")
     return problems + _grid_value_problems(item.grid, where)
@@ -590,9 +593,9 @@ def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
         if twice:
             problems.append(f"{where}.grid.{key}: values that give the same label text {twice} more than "
                             "once (a value listed twice?)")
-        # 1 and 1.0 (or true and 1) are two labels for one setting: the same runs twice.
+        # 1 and 1.0, true and 1, "1e3" and 1000 are two labels for one setting: the same runs twice.
         equal = [(a, b) for i, a in enumerate(values) for b in values[i + 1:]
-                 if a == b and _label_text(a) != _label_text(b)]
+                 if _as_number(a) == _as_number(b) and _label_text(a) != _label_text(b)]
         if equal:
             problems.append(f"{where}.grid.{key}: {', '.join(f'{a!r} and {b!r}' for a, b in equal)} are one "
                             "value under two labels (the same setting twice); list it once")
@@ -601,6 +604,16 @@ def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
             problems.append(f"{where}.grid.{key}: {bad} cannot be part of a method label (letters, digits, "
                             "_ . @ + - only); write such values out as separate items with a label")
     return problems
+
+
+def _as_number(value: Any) -> Any:
+    """A string that reads as a number (YAML 1.1 reads ``1e3`` as one), as that number; else the value."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _loss_problems(loss: LossSpec, where: str) -> list[str]:
