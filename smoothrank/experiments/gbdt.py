@@ -146,8 +146,8 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
 
 
 def reserved_param(library: str, key: str) -> str | None:
-    """The parameter the harness sets that ``key`` names (itself or, for LightGBM, an alias of it:
-    ``num_trees`` is ``num_iterations``), or None."""
+    """The parameter the harness sets that ``key`` names (itself or an alias of it: LightGBM's
+    ``num_round`` is ``num_iterations``, XGBoost's ``n_jobs`` is ``nthread``), or None."""
     if key in RESERVED_PARAMS:
         return key
     canonical = canonical_param(library, key)

@@ -534,8 +534,9 @@ def _seed_problems(spec: ExperimentSpec) -> list[str]:
 
 
 def _grid_problems(item: GBDTSpec, where: str) -> list[str]:
-    """A grid key also in ``params`` (two values for one parameter), a value listed twice (the same
-    method twice) and a value that makes no valid method label."""
+    """A key that is not a parameter name, is the harness's, names a parameter that ``params`` or an
+    earlier grid key already sets (aliases included), or that LightGBM does not know; then the
+    values' problems (:func:`_grid_value_problems`)."""
     from smoothrank.experiments.gbdt import canonical_param, reserved_param, unknown_params
 
     problems = []
@@ -607,7 +608,8 @@ def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
 
 
 def _as_number(value: Any) -> Any:
-    """A string that reads as a number (YAML 1.1 reads ``1e3`` as one), as that number; else the value."""
+    """A string that reads as a number (PyYAML reads ``1e3``, without a dot, as a string), as that
+    number; else the value."""
     if isinstance(value, str):
         try:
             return float(value)
