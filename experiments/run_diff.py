@@ -57,7 +57,8 @@ def diff_table(runs_a: dict[Key, dict[str, Any]], runs_b: dict[Key, dict[str, An
     keys = sorted(set(runs_a) | set(runs_b), key=lambda k: tuple(str(part) for part in k))
     for key in keys:
         a, b = runs_a.get(key), runs_b.get(key)
-        key = (key[0], "-" if key[1] is None else key[1], key[2], key[3])  # a file dataset has no fold
+        # A file dataset has no fold; an ensemble or blend has no seed and no selection of its own.
+        key = tuple("-" if part is None else part for part in key)
         if a is None or b is None:
             side = "A" if b is None else "B"
             lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | only in {side} | - | - | no |")
@@ -66,7 +67,8 @@ def diff_table(runs_a: dict[Key, dict[str, Any]], runs_b: dict[Key, dict[str, An
         equal = gap == 0.0 and selected(a) == selected(b)
         same += equal
         n_queries = len(a["per_query"].get("qids", []))
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {selected(a)} / {selected(b)} | "
+        picks = " / ".join("-" if selected(r) is None else str(selected(r)) for r in (a, b))
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {picks} | "
                      f"{gap:.3g} | {queries} of {n_queries} | {'yes' if equal else 'no'} |")
     return "\n".join(lines), same, len(keys)
 

@@ -73,3 +73,17 @@ def test_a_folder_without_runs_is_refused_by_name(run_diff, twice, tmp_path, cap
         run_diff.main([str(twice[0]), str(tmp_path / "missing")])
     assert info.value.code == 2
     assert f"{tmp_path / 'missing'}: no runs/ folder" in capsys.readouterr().err
+
+
+def test_ensembles_without_seed_or_selection_are_compared_by_their_query_values(run_diff):
+    def result(values, seed=None):
+        return {"dataset": "d", "fold": 1, "method": "m+ens5", "seed": seed,
+                "per_query": {"qids": ["1", "2"], "ndcg@1": values}}
+
+    def diff(a, b):
+        return run_diff.diff_table(run_diff.index_runs([result(a)]), run_diff.index_runs([result(b)]))
+
+    same = diff([1.0, 0.5], [1.0, 0.5])
+    assert same[1:] == (1, 1) and "| d | 1 | m+ens5 | - | - / - | 0 | 0 of 2 | yes |" in same[0]
+    moved = diff([1.0, 0.5], [0.0, 0.5])
+    assert moved[1:] == (0, 1) and "| 1 | 1 of 2 | no |" in moved[0]
