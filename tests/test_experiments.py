@@ -356,6 +356,20 @@ def test_gbdt_params_under_aliases_or_misspelt_are_refused_before_any_run(letor_
     assert "gbdt.0.params: " in str(info.value) and fragment in str(info.value)
 
 
+def test_a_problem_every_grid_combination_shares_is_reported_once(letor_files):
+    """A misspelt XGBoost key is found in each combination's check (what XGBoost uses depends on the
+    booster): one line for all six, naming the first method and how many more."""
+    pytest.importorskip("xgboost")
+    item = {"library": "xgboost", "objective": "rank:ndcg",
+            "grid": {"max_depht": [3, 4, 5], "eta": [0.1, 0.2]}}
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(_spec_dict(letor_files, gbdt=[item], baseline=None), source="grid.yaml")
+    lines = [line for line in str(info.value).splitlines() if line.startswith("  - ")]
+    assert lines == ["  - gbdt.0 (xgboost-rank_ndcg-max_depht3-eta0.1 and 5 more).params: ['max_depht'] "
+                     "not xgboost parameter(s) that it uses here (misspelt? xgboost would only warn and "
+                     "ignore them, and the runs would not differ)"]
+
+
 def test_xgboost_alias_table_matches_the_library():
     """Each alias of the table sets its parameter in XGBoost's own configuration (so two of them in
     one item are one parameter given twice)."""

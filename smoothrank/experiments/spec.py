@@ -607,6 +607,18 @@ def _grid_value_problems(grid: dict[str, list[Any]], where: str) -> list[str]:
     return problems
 
 
+def _combination_problems(where: str, found: list[tuple[str, list[str]]]) -> list[str]:
+    """The problems of a grid's combinations (``[(label, problems at where)]``), each naming its
+    method: ``where (label).key: ...``. A problem that several combinations share word for word
+    (a misspelt key, a refused option) is reported once, naming the first and how many more."""
+    labels: dict[str, list[str]] = {}
+    for label, problems in found:
+        for problem in problems:
+            labels.setdefault(problem.removeprefix(where), []).append(label)
+    return [f"{where} ({names[0]}{f' and {len(names) - 1} more' if len(names) > 1 else ''}){rest}"
+            for rest, names in labels.items()]
+
+
 def _as_number(value: Any) -> Any:
     """A string that reads as a number (PyYAML reads ``1e3``, without a dot, as a string), as that
     number; else the value."""
@@ -711,16 +723,16 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         # Each combination of a sound grid, checked as if written out; the item's own problems are
         # reported once, above, not once per combination.
         if item.grid and not grid_problems and not own:
-            for loss in item.variants():
-                problems += _loss_problems(loss, f"losses.{i} ({loss.tag})")
+            problems += _combination_problems(f"losses.{i}", [(loss.tag, _loss_problems(loss, f"losses.{i}"))
+                                                             for loss in item.variants()])
     for i, item in enumerate(spec.gbdt):
         grid_problems = _grid_problems(item, f"gbdt.{i}")
         problems += grid_problems
         own = _gbdt_problems(item, f"gbdt.{i}")  # the item without its grid
         problems += own
         if item.grid and not grid_problems and not own:
-            for gb in item.variants():
-                problems += _gbdt_problems(gb, f"gbdt.{i} ({gb.tag})")
+            problems += _combination_problems(f"gbdt.{i}", [(gb.tag, _gbdt_problems(gb, f"gbdt.{i}"))
+                                                            for gb in item.variants()])
     if spec.ensemble and len(set(spec.seeds)) < 2:
         problems.append(f"ensemble: a seed ensemble needs at least 2 distinct seeds, got seeds: {spec.seeds}")
     if spec.ensemble_normalize not in ("zscore", "rank", "none"):
