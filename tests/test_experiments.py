@@ -356,6 +356,19 @@ def test_gbdt_params_under_aliases_or_misspelt_are_refused_before_any_run(letor_
     assert "gbdt.0.params: " in str(info.value) and fragment in str(info.value)
 
 
+def test_a_refused_grid_is_reported_without_misleading_method_lists(letor_files):
+    """The baseline and blend members name the grid's methods; while the grid is refused (not
+    expanded) they are not reported as unknown, against a method list that lacks them."""
+    grid_loss = {"name": "neural_ndcg", "grid": {"temperature": [1.0, 2.0]}}  # a path without options.
+    method = "neural_ndcg-temperature1.0-linear"
+    data = _spec_dict(letor_files, losses=[grid_loss], baseline=method,
+                      blends=[{"label": "b", "members": [method, "lightgbm-lambdarank"]}])
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(data, source="grid.yaml")
+    lines = [line for line in str(info.value).splitlines() if line.startswith("  - ")]
+    assert len(lines) == 1 and "losses.0.grid.temperature: expected options.<name>" in lines[0]
+
+
 def test_a_problem_every_grid_combination_shares_is_reported_once(letor_files):
     """A misspelt XGBoost key is found in each combination's check (what XGBoost uses depends on the
     booster): one line for all six, naming the first method and how many more."""

@@ -738,9 +738,12 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     if spec.ensemble_normalize not in ("zscore", "rank", "none"):
         problems.append(f"ensemble_normalize: expected zscore, rank or none, got {spec.ensemble_normalize!r}")
     methods = spec.method_labels()
+    # A refused grid is not expanded (its problem is reported above): the method list lacks its
+    # methods, so references to them (blend members, the baseline) cannot be checked yet.
+    unexpanded = any(item.grid and item.variants()[0] is item for item in (*spec.losses, *spec.gbdt))
     for i, blend in enumerate(spec.blends):
         unknown = [m for m in blend.members if m not in methods]
-        if unknown:
+        if unknown and not unexpanded:
             problems.append(f"blends.{i}.members: {unknown} not method(s) of the grid (seed ensembles and "
                             f"blends cannot be members); methods: {methods}")
         twice = sorted({m for m in blend.members if blend.members.count(m) > 1})
@@ -766,7 +769,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     labels = methods + spec.ensemble_labels() + spec.blend_labels()
     for label in sorted({x for x in labels if labels.count(x) > 1}):
         problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")
-    if spec.baseline is not None and spec.baseline not in labels:
+    if spec.baseline is not None and spec.baseline not in labels and not unexpanded:
         problems.append(f"baseline: {spec.baseline!r} is not a method of the grid; methods: {labels}")
     if not problems and spec.losses:
         # Validate each loss x model training config now, not hours into the grid.
