@@ -706,6 +706,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                         "not by the shared neural settings")
     problems += _spec_owned_problems(spec.neural, "neural")
     available = set(loss_registry.available())
+    refused_grid = False  # a grid with problems: its methods may be missing from the method list
     for i, item in enumerate(spec.losses):
         unknown_models = [m for m in item.models or [] if m not in {model.label for model in spec.models}]
         if unknown_models:
@@ -714,6 +715,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         elif item.models is not None and not item.models:
             problems.append(f"losses.{i}.models: empty; omit it to train the loss with every model")
         grid_problems = _loss_grid_problems(item, f"losses.{i}")
+        refused_grid |= bool(grid_problems)
         if item.name not in available:
             problems += grid_problems
             problems.append(f"losses.{i}.name: unknown loss {item.name!r}; available: {sorted(available)}")
@@ -727,6 +729,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                                                              for loss in item.variants()])
     for i, item in enumerate(spec.gbdt):
         grid_problems = _grid_problems(item, f"gbdt.{i}")
+        refused_grid |= bool(grid_problems)
         problems += grid_problems
         own = _gbdt_problems(item, f"gbdt.{i}")  # the item without its grid
         problems += own
@@ -738,12 +741,11 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     if spec.ensemble_normalize not in ("zscore", "rank", "none"):
         problems.append(f"ensemble_normalize: expected zscore, rank or none, got {spec.ensemble_normalize!r}")
     methods = spec.method_labels()
-    # A refused grid is not expanded (its problem is reported above): the method list lacks its
-    # methods, so references to them (blend members, the baseline) cannot be checked yet.
-    unexpanded = any(item.grid and item.variants()[0] is item for item in (*spec.losses, *spec.gbdt))
+    # A refused grid (its problems are reported above) may not be expanded: the method list can lack
+    # its methods, so references to them (blend members, the baseline) are checked once it is sound.
     for i, blend in enumerate(spec.blends):
         unknown = [m for m in blend.members if m not in methods]
-        if unknown and not unexpanded:
+        if unknown and not refused_grid:
             problems.append(f"blends.{i}.members: {unknown} not method(s) of the grid (seed ensembles and "
                             f"blends cannot be members); methods: {methods}")
         twice = sorted({m for m in blend.members if blend.members.count(m) > 1})
@@ -769,7 +771,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     labels = methods + spec.ensemble_labels() + spec.blend_labels()
     for label in sorted({x for x in labels if labels.count(x) > 1}):
         problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")
-    if spec.baseline is not None and spec.baseline not in labels and not unexpanded:
+    if spec.baseline is not None and spec.baseline not in labels and not refused_grid:
         problems.append(f"baseline: {spec.baseline!r} is not a method of the grid; methods: {labels}")
     if not problems and spec.losses:
         # Validate each loss x model training config now, not hours into the grid.
