@@ -19,6 +19,7 @@ from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.experiments import (
     adjust_pvalues,
     expand,
+    fold_mean_standard_error,
     load_results,
     load_spec,
     mean_std,
@@ -621,13 +622,61 @@ def test_summary_csv_states_the_convention_in_a_last_column(tmp_path):
     header, *lines = (tmp_path / "summary.csv").read_text().splitlines()
     old = ("dataset,method,kind,split,metric,mean,std,n_folds,n_runs,baseline,p_value,t_statistic,"
            "n_queries,significant,p_adjusted")
-    assert header == old + ",convention"
+    assert header == old + ",convention,se"  # the standard error came after the convention
     parsed = list(csv.DictReader(io.StringIO((tmp_path / "summary.csv").read_text())))
     assert len(parsed) == len(lines) == 4 and {r["convention"] for r in parsed} == {"trec"}
-    assert all(line.endswith(",trec") for line in lines)
+    assert all(line.split(",")[15] == "trec" for line in lines)
+    assert {r["split"]: r["se"] == "" for r in parsed} == {"test": False, "train": True}
     assert json.loads((tmp_path / "summary.json").read_text())["convention"] == "trec"
     with pytest.raises(TypeError):
         format_csv(summarize(results, metrics=["ndcg@1"]))  # the convention must be given
+
+
+def test_standard_error_of_the_fold_means_by_hand_and_by_simulation():
+    folds = [[0.0, 1.0, 1.0], [0.5, 0.25, math.nan, 0.75, 1.0]]
+    by_hand = math.sqrt(np.var(folds[0], ddof=1) / 3 + np.var([0.5, 0.25, 0.75, 1.0], ddof=1) / 4) / 2
+    assert fold_mean_standard_error(folds) == pytest.approx(by_hand)
+    assert math.isnan(fold_mean_standard_error([[0.1, 0.2], [0.3]]))  # a fold's variance is unknown
+    assert math.isnan(fold_mean_standard_error([]))
+    # Monte-Carlo: over many draws of five unequal test folds, the spread of the mean of the fold
+    # means is what the formula predicts from one draw (on average over draws).
+    rng = np.random.default_rng(0)
+    sizes = (150, 160, 155, 170, 149)
+    draws = [[rng.binomial(1, 0.35, n).astype(float) for n in sizes] for _ in range(2000)]
+    spread = np.std([np.mean([f.mean() for f in d]) for d in draws], ddof=1)
+    predicted = np.mean([fold_mean_standard_error(d) for d in draws])
+    assert predicted == pytest.approx(spread, rel=0.05)
+
+
+def test_test_rows_carry_the_standard_error_and_the_target_table_weighs_gaps_by_it():
+    rng = np.random.default_rng(3)
+    per_fold = {f: list(rng.uniform(0, 1, size=30)) for f in range(1, 6)}
+    results = []
+    for f, values in per_fold.items():
+        r = _fake("ours", f, values, 0.5)
+        for m in ("ndcg@3", "ndcg@5", "map"):
+            r["metrics"]["test"][m] = float(np.mean(values))
+            r["per_query"][m] = values
+        r["metrics"]["valid"] = {"ndcg@10": 0.3}
+        results.append(r)
+    metrics = ["ndcg@1", "ndcg@3", "ndcg@5", "map"]
+    rows = summarize(results, metrics=metrics)
+    test = next(r for r in rows if r["split"] == "test" and r["metric"] == "ndcg@1")
+    se = math.sqrt(sum(np.var(v, ddof=1) / 30 for v in per_fold.values())) / 5
+    assert test["se"] == pytest.approx(se)
+    assert all("se" not in r for r in rows if r["split"] != "test")
+    text = format_markdown(rows, metrics=metrics, title="T", convention="letor4", baseline=None, alpha=0.05,
+                           select_by="ndcg@10")
+    line = next(x for x in text.splitlines() if x.startswith("Sampling noise of the first row, `ours`"))
+    mean = np.mean([np.mean(v) for v in per_fold.values()])
+    gap = mean - 0.3856  # RankBoost's NDCG@1, the best published
+    assert f"ndcg@1 {mean:.4f} ± {1.96 * se:.4f} (gap {gap:+.4f}, {gap / se:+.1f} SE)" in line
+    # Runs without per-query values: no standard error, and no such line.
+    bare = [{**r, "per_query": {}} for r in results]
+    rows = summarize(bare, metrics=metrics)
+    assert math.isnan(next(r for r in rows if r["split"] == "test")["se"])
+    assert "Sampling noise" not in format_markdown(rows, metrics=metrics, title="T", convention="letor4",
+                                                   baseline=None, alpha=0.05, select_by="ndcg@10")
 
 
 def _row(method, split, metric, mean, kind="neural"):

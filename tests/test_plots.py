@@ -109,10 +109,10 @@ def _summary_csv(tmp_path: Path, dataset: str = "mq2008", convention: str = "let
 
 
 def _without_convention(csv_path: Path) -> Path:
-    """``csv_path`` as written before summary.csv had its last column, ``convention``."""
+    """``csv_path`` as written before summary.csv had its columns ``convention`` and ``se``."""
     lines = csv_path.read_text().splitlines()
-    assert lines[0].endswith(",convention")
-    csv_path.write_text("".join(line.rsplit(",", 1)[0] + "\n" for line in lines))
+    assert lines[0].endswith(",convention,se")
+    csv_path.write_text("".join(line.rsplit(",", 2)[0] + "\n" for line in lines))
     return csv_path
 
 

@@ -3,7 +3,8 @@
 * :mod:`~smoothrank.experiments.spec`: :func:`load_spec` validates a spec, :func:`expand` lists its cells.
 * :mod:`~smoothrank.experiments.runner`: :func:`run_experiment` runs the unfinished cells.
 * :mod:`~smoothrank.experiments.gbdt`: LightGBM / XGBoost rankers on :class:`smoothrank.data.Dataset`.
-* :mod:`~smoothrank.experiments.stats`: :func:`paired_ttest`, :func:`mean_std`.
+* :mod:`~smoothrank.experiments.stats`: :func:`paired_ttest`, :func:`mean_std`,
+  :func:`fold_mean_standard_error`.
 * :mod:`~smoothrank.experiments.ensemble`: seed ensembles and blends, :func:`combine_scores`.
 * :mod:`~smoothrank.experiments.stacking`: learned blends, :func:`fit_blend` / :func:`fit_blend_weights`.
 * :mod:`~smoothrank.experiments.report`: :func:`write_reports` (Markdown, CSV, JSON).
@@ -16,7 +17,13 @@ from smoothrank.experiments.report import summarize, write_reports
 from smoothrank.experiments.runner import ExperimentOutcome, load_results, run_cell, run_experiment
 from smoothrank.experiments.spec import Cell, ExperimentSpec, expand, load_spec, spec_from_dict
 from smoothrank.experiments.stacking import BlendFit, fit_blend, fit_blend_weights
-from smoothrank.experiments.stats import TTest, adjust_pvalues, mean_std, paired_ttest
+from smoothrank.experiments.stats import (
+    TTest,
+    adjust_pvalues,
+    fold_mean_standard_error,
+    mean_std,
+    paired_ttest,
+)
 
 __all__ = [
     "BlendFit",
@@ -29,6 +36,7 @@ __all__ = [
     "expand",
     "fit_blend",
     "fit_blend_weights",
+    "fold_mean_standard_error",
     "load_results",
     "load_spec",
     "mean_std",

@@ -11,6 +11,11 @@ one result per fold and are summarised like any method; one may be the t-test ba
 
 Markdown marks a mean with ``▲`` (``▼``) when the method is significantly better (worse) than
 the baseline at level ``alpha`` on that metric.
+
+Test rows also carry ``se``, the standard error over test queries of the mean over folds
+(:func:`~smoothrank.experiments.stats.fold_mean_standard_error`, from the per-query values, seeds
+averaged per query): the sampling noise of the reported mean, which the standard deviation over
+folds overstates by about sqrt(number of folds).
 """
 
 from __future__ import annotations
@@ -27,15 +32,24 @@ import numpy as np
 
 from smoothrank._atomic import write_text_atomic
 from smoothrank.errors import SmoothrankError
-from smoothrank.experiments.stats import TTest, adjust_pvalues, check_correction, mean_std, paired_ttest
+from smoothrank.experiments.stats import (
+    TTest,
+    adjust_pvalues,
+    check_correction,
+    fold_mean_standard_error,
+    mean_std,
+    paired_ttest,
+)
 
 __all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "method_runs",
            "published_baselines", "published_comparison", "stored_metrics", "summarize", "write_reports"]
 
 # New columns go last, so readers of older files (by column name or by position) keep working;
-# ``convention`` (the metric convention, e.g. letor4, the same on every row) is absent from older files.
+# ``convention`` (the metric convention, e.g. letor4, the same on every row) is absent from older files,
+# ``se`` (standard error over test queries of a test row's mean; empty on other splits) too.
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
-               "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted", "convention")
+               "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted", "convention",
+               "se")
 
 
 def _num(value: Any) -> float:
@@ -97,6 +111,8 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
                     row["blend_learner"] = ens["learner"]
                     row["blend_weights"] = _mean_weights(runs)
                     row["blend_fits"] = _fit_summaries(runs)
+                if split == "test":
+                    row["se"] = _standard_error(runs, metric)
                 if split == "test" and base_runs:
                     test = _compare(runs, base_runs, metric)
                     # significant and p_adjusted are set per family by _apply_correction below
@@ -119,6 +135,14 @@ def _apply_correction(rows: list[dict[str, Any]], correction: str, alpha: float)
             row["p_adjusted"] = float(p)
             test = TTest(row["t_statistic"], float(p), row["n_queries"], row["mean_difference"])
             row["significant"] = test.direction(alpha)
+
+
+def _standard_error(runs: list[dict[str, Any]], metric: str) -> float:
+    """Standard error over test queries of the mean over folds (NaN without per-query values)."""
+    by_fold: dict[Any, list[float]] = defaultdict(list)
+    for (_, fold, _), value in _per_query(runs, metric).items():
+        by_fold[fold].append(value)
+    return fold_mean_standard_error(by_fold.values())
 
 
 def _compare(runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric: str) -> TTest:
@@ -212,11 +236,14 @@ def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published
 
     For every target metric, ``beats[metric]`` is True when the method's mean test value over the
     folds is strictly above every published value of that metric (a published row without it is
-    ignored); ``beats_all`` when that holds for every target. The order is the only thing the
+    ignored); ``beats_all`` when that holds for every target; ``se[metric]`` is the test mean's
+    standard error over queries (NaN without per-query values). The order is the only thing the
     validation split decides: the first row is the configuration a user would pick without
     looking at the test split.
     """
     index = {(r["method"], r["split"], r["metric"]): r["mean"] for r in rows if r["dataset"] == dataset}
+    errors = {(r["method"], r["metric"]): r.get("se", math.nan) for r in rows
+              if r["dataset"] == dataset and r["split"] == "test"}
     methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
     kinds = {r["method"]: r["kind"] for r in rows if r["dataset"] == dataset}
     out = []
@@ -226,7 +253,8 @@ def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published
                  for m in targets}
         out.append({"method": method, "kind": kinds[method],
                     "valid": index.get((method, "valid", select_by), math.nan), "test": test, "beats": beats,
-                    "beats_all": all(beats.values())})
+                    "beats_all": all(beats.values()),
+                    "se": {m: errors.get((method, m), math.nan) for m in targets}})
     return sorted(out, key=lambda r: -r["valid"] if not math.isnan(r["valid"]) else math.inf)
 
 
@@ -244,8 +272,28 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
                  + (" ✓" if r["beats"][m] else "") for m in targets]
         verdict = "yes" if r["beats_all"] else "no"
         lines.append(f"| {r['method']} | {valid} | " + " | ".join(cells) + f" | {verdict} |")
-    best = [f"{m}: {max(p[m] for p in published.values() if m in p):.4f}" for m in targets]
-    return [*lines, "", "Best published value per metric: " + ", ".join(best) + ".", ""]
+    best_values = {m: max(p[m] for p in published.values() if m in p) for m in targets}
+    best = [f"{m}: {v:.4f}" for m, v in best_values.items()]
+    return [*lines, "", "Best published value per metric: " + ", ".join(best) + ".",
+            *_noise_lines(table[0] if table else None, best_values), ""]
+
+
+def _noise_lines(pick: dict[str, Any] | None, best: dict[str, float]) -> list[str]:
+    """How the first row's gaps to the best published values compare with its sampling noise."""
+    if pick is None or all(math.isnan(pick["se"][m]) for m in best):
+        return []
+    cells = []
+    for m, value in best.items():
+        mean, se = pick["test"][m], pick["se"][m]
+        if math.isnan(mean) or math.isnan(se):
+            continue
+        gap = mean - value
+        cells.append(f"{m} {mean:.4f} ± {1.96 * se:.4f} (gap {gap:+.4f}, {gap / se:+.1f} SE)"
+                     if se > 0 else f"{m} {mean:.4f} (gap {gap:+.4f})")
+    return ["", f"Sampling noise of the first row, `{pick['method']}`: test mean ± 1.96 standard errors over "
+            "test queries (the spread another draw of test queries could give), and its gap to the best "
+            "published value in standard errors: " + "; ".join(cells) + ". The published rows come "
+            "without per-query values, so no paired test against them is possible."]
 
 
 def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], title: str, convention: str,

@@ -17,7 +17,7 @@ import numpy as np
 
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["CORRECTIONS", "TTest", "adjust_pvalues", "mean_std", "paired_ttest"]
+__all__ = ["CORRECTIONS", "TTest", "adjust_pvalues", "fold_mean_standard_error", "mean_std", "paired_ttest"]
 
 # Metric differences below this are rounding noise (metrics live in [0, 1]): a spread this small
 # is a constant difference, not a distribution.
@@ -85,6 +85,30 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
     if n == 0:
         return math.nan, math.nan, 0
     return float(v.mean()), float(v.std(ddof=1)) if n > 1 else math.nan, n
+
+
+def fold_mean_standard_error(folds: Iterable[Sequence[float] | np.ndarray]) -> float:
+    r"""Standard error, over queries, of the mean over folds of each fold's mean per-query value.
+
+    .. math::
+        \mathrm{SE} = \frac{1}{F} \sqrt{\sum_{f=1}^{F} \frac{s_f^2}{n_f}}
+
+    with ``s_f`` the sample standard deviation (ddof = 1) of the ``n_f`` non-NaN per-query values of
+    fold ``f``: the folds' test queries are independent samples (on MQ2008 they partition the
+    queries), so the variances of the fold means add. It measures how far the reported mean could
+    move with another draw of test queries, which the standard deviation over folds overstates by
+    about sqrt(F). NaN when a fold has fewer than 2 values, or there is no fold.
+    """
+    variances = []
+    for values in folds:
+        v = np.asarray(values, dtype=np.float64).reshape(-1)
+        v = v[~np.isnan(v)]
+        if v.shape[0] < 2:
+            return math.nan
+        variances.append(float(v.var(ddof=1)) / v.shape[0])
+    if not variances:
+        return math.nan
+    return math.sqrt(sum(variances)) / len(variances)
 
 
 CORRECTIONS = ("none", "holm", "bh")
