@@ -255,6 +255,7 @@ def test_compare_json_is_strict_and_the_table_shows_no_nan(tmp_path, capsys):
     assert main(["compare", str(out), "a", "b", "--format", "json"]) == 0
     printed = json.loads(capsys.readouterr().out, parse_constant=lambda token: pytest.fail(token))
     assert printed["ndcg@1"]["p_value"] is None and printed["ndcg@1"]["n_queries"] == 1
+    assert printed["ndcg@1"]["interval"] == [None, None]
     assert main(["compare", str(out), "a", "b"]) == 0
     assert "nan" not in capsys.readouterr().out.lower()
 

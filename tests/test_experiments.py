@@ -479,6 +479,22 @@ def test_paired_ttest_hand_check():
     assert swapped.statistic == pytest.approx(-result.statistic) and swapped.direction() == -1
 
 
+@pytest.mark.parametrize("alpha", [0.05, 0.01, 0.2])
+def test_paired_confidence_interval_matches_scipy_and_the_test(alpha):
+    from scipy.stats import ttest_rel
+
+    rng = np.random.default_rng(7)
+    for shift in (0.0, 0.05, 0.15):
+        a, b = rng.uniform(size=30) + shift, rng.uniform(size=30)
+        result = paired_ttest(a, b)
+        low, high = result.confidence_interval(alpha)
+        reference = ttest_rel(a, b).confidence_interval(1 - alpha)
+        assert [low, high] == pytest.approx([reference.low, reference.high], rel=1e-9)
+        assert result.significant(alpha) == (not low <= 0.0 <= high)
+    assert all(math.isnan(v) for v in paired_ttest([1.0], [0.0]).confidence_interval())
+    assert paired_ttest([1, 2, 3], [0, 1, 2]).confidence_interval() == (1.0, 1.0)  # constant difference
+
+
 def test_paired_ttest_degenerate_cases():
     assert paired_ttest([1, 2, np.nan], [1, 2, 3]).pvalue == 1.0  # NaN pair dropped, identical rest
     constant = paired_ttest([1, 2, 3], [0, 1, 2])
@@ -825,6 +841,13 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
     assert cli_main(["compare", str(tmp_path), "a", "b", "--metrics", "ndcg@1", "--format", "json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["ndcg@1"]["p_value"] == pytest.approx(reference.pvalue, rel=1e-6)
+    interval = reference.confidence_interval(0.95)
+    assert printed["ndcg@1"]["interval"] == [pytest.approx(interval.low), pytest.approx(interval.high)]
+    assert cli_main(["compare", str(tmp_path), "a", "b", "--metrics", "ndcg@1", "--alpha", "0.1"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].endswith("| 90% interval |")
+    interval = reference.confidence_interval(0.9)
+    assert table[3].endswith(f"| [{interval.low:+.4f}, {interval.high:+.4f}] |")
     assert cli_main(["compare", str(tmp_path), "a", "nope"]) == 2
     assert "method_b" in capsys.readouterr().err
     assert cli_main(["compare", str(tmp_path / "nowhere"), "a", "b"]) == 2
@@ -881,7 +904,8 @@ def test_compare_states_the_metric_convention(tmp_path, capsys):
     assert cli_main(["compare", str(tmp_path), "a", "b", "--format", "json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert list(printed) == ["ndcg@1"] and printed["ndcg@1"]["convention"] == "lightgbm"
-    assert set(printed["ndcg@1"]) == {"mean_difference", "t", "p_value", "n_queries", "convention"}
+    assert set(printed["ndcg@1"]) == {"mean_difference", "t", "p_value", "n_queries", "convention",
+                                      "interval"}
     # --b-out: the same convention on both sides (a different one is refused).
     other = tmp_path / "other"
     for fold in (1, 2):

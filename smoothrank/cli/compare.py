@@ -1,7 +1,8 @@
 """``smoothrank compare``: paired t-test between two methods of a finished experiment.
 
 Reads ``OUT/runs/*/result.json`` (and seed ensembles and blends) and prints, per metric, the mean
-difference over the two methods' common test queries, t and the two-sided p-value, and the metric
+difference over the two methods' common test queries, t, the two-sided p-value, the ``1 - alpha``
+confidence interval of the difference (Student's t over the paired differences), and the metric
 convention (letor4, lightgbm, trec) the runs were scored under (header line; a ``convention``
 key in each metric's JSON object). With
 ``--b-out OUT_B`` the second method comes from another experiment on the same data (e.g. a linear
@@ -59,18 +60,23 @@ def run(args: argparse.Namespace) -> int:
         # Strict JSON has no NaN or infinity: an undefined value (fewer than 2 pairs) is null.
         # "convention": the metric convention of the values (null: not recorded in result.json),
         # inside each metric's object, so that every top-level key stays a metric.
+        # "interval": the 1 - alpha confidence interval of the mean difference, [low, high].
         print(json.dumps({m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
-                              "p_value": _finite(t.pvalue), "n_queries": t.n, "convention": convention}
+                              "p_value": _finite(t.pvalue), "n_queries": t.n, "convention": convention,
+                              "interval": [_finite(v) for v in t.confidence_interval(args.alpha)]}
                           for m, t in tests.items()}, indent=2, allow_nan=False))
         return 0
+    level = f"{100 * (1 - args.alpha):g}%"
     print(f"{args.method_a} - {method_b}, paired t-test over test queries (two-sided), "
           f"convention {convention or 'not recorded'}")
-    print("| metric | mean difference | t | p | queries | significant |")
-    print("|---|---|---|---|---|---|")
+    print(f"| metric | mean difference | t | p | queries | significant | {level} interval |")
+    print("|---|---|---|---|---|---|---|")
     for metric, t in tests.items():
         verdict = "yes" if t.significant(args.alpha) else "no"
+        low, high = t.confidence_interval(args.alpha)
+        interval = "n/a" if math.isnan(low) else f"[{low:+.4f}, {high:+.4f}]"
         print(f"| {metric} | {_shown(t.mean_difference, '+.4f')} | {_shown(t.statistic, '.2f')} "
-              f"| {_shown(t.pvalue, '.3g')} | {t.n} | {verdict} |")
+              f"| {_shown(t.pvalue, '.3g')} | {t.n} | {verdict} | {interval} |")
     return 0
 
 

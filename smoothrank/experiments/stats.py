@@ -36,6 +36,18 @@ class TTest:
     pvalue: float
     n: int
     mean_difference: float
+    #: Standard error of the mean difference, ``std(d, ddof=1) / sqrt(n)`` (NaN for fewer than 2 pairs).
+    standard_error: float = math.nan
+
+    def confidence_interval(self, alpha: float = 0.05) -> tuple[float, float]:
+        """The two-sided ``1 - alpha`` interval of the mean difference, ``mean(d) ± t_{n-1} SE``
+        (the interval whose exclusion of 0 is ``significant(alpha)``); NaNs when undefined."""
+        if self.n < 2 or math.isnan(self.standard_error):
+            return math.nan, math.nan
+        from scipy import stats
+
+        half = float(stats.t.ppf(1.0 - alpha / 2.0, self.n - 1)) * self.standard_error
+        return self.mean_difference - half, self.mean_difference + half
 
     def significant(self, alpha: float = 0.05) -> bool:
         return not math.isnan(self.pvalue) and self.pvalue < alpha
@@ -69,12 +81,12 @@ def paired_ttest(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarra
     if float(np.ptp(d)) <= _CONSTANT:
         # (Numerically) zero variance: scipy would divide 0 by 0 (or mean by ~0) and warn.
         if abs(mean) <= _CONSTANT:
-            return TTest(0.0, 1.0, n, 0.0)
-        return TTest(math.copysign(math.inf, mean), 0.0, n, mean)
+            return TTest(0.0, 1.0, n, 0.0, 0.0)
+        return TTest(math.copysign(math.inf, mean), 0.0, n, mean, 0.0)
     from scipy import stats
 
     result = stats.ttest_rel(x, y)
-    return TTest(float(result.statistic), float(result.pvalue), n, mean)
+    return TTest(float(result.statistic), float(result.pvalue), n, mean, float(d.std(ddof=1)) / math.sqrt(n))
 
 
 def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
