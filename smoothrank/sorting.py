@@ -84,18 +84,18 @@ def _abs_diff_row_sums(scores: Tensor, mask: Tensor) -> Tensor:
     a finite value that is masked out by the caller.
     """
     m = mask.sum(-1, keepdim=True).to(scores.dtype)
-    # Padded items sort after every real one (finite filler: no inf * 0 in the backward pass).
-    filler = (scores.detach().masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
-              .nan_to_num(0.0, neginf=0.0) + 1.0)
-    filled = torch.where(mask, scores, filler)
-    sorted_s, order = torch.sort(filled, dim=-1, stable=True)
+    # Padded items sort after every real one: the sort key (outside autograd) puts +inf there. A
+    # finite filler such as max + 1 rounds onto the max once the scores span 2^53 (2^24 without
+    # float64), ties with the top real item, and hands that item's run to a padded slot.
+    key, order = torch.sort(scores.detach().masked_fill(~mask, float("inf")), dim=-1, stable=True)
+    sorted_s = scores.gather(-1, order)
     # Exactly tied scores must get bitwise equal B: evaluated at each item's own position, the
     # formula rounds differently for tied items, and at a small temperature that rounding alone
     # hands both ranks of a tied pair to one item, leaving the other's column empty (Sinkhorn then
     # overflows into NaN gradients; PITFALLS 8). So every member of a run of equal values uses the
     # run's last position p (all tied partners counted below it: a valid subgradient of |.|).
-    key = sorted_s.detach().contiguous()
-    last = torch.searchsorted(key, key, right=True) - 1
+    key = key.contiguous()
+    last = torch.searchsorted(key, key, right=True) - 1  # real items: never a padded (+inf) slot
     real_sorted = torch.arange(scores.shape[-1], device=scores.device) < m
     sorted_s = torch.where(real_sorted, sorted_s, torch.zeros_like(sorted_s))
     prefix = torch.cumsum(sorted_s, dim=-1)

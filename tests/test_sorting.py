@@ -84,6 +84,32 @@ def test_neural_sort_finite_at_extremes() -> None:
     torch.testing.assert_close(p, torch.full((1, 5, 5), 0.2))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("where", ["front", "middle", "end"])
+@pytest.mark.parametrize("scale", [1e7, 1e16, 1e30])
+def test_padding_does_not_tie_with_the_top_item_at_huge_scores(dtype, where, scale) -> None:
+    # Regression: padded slots once sorted by the filler max + 1, which rounds onto the max when the
+    # scores span 2^53 (float64) and ties with the top real item: that item's tie run reached the
+    # padded slot, it took two ranks, another none, and Sinkhorn's backward gave NaN.
+    from smoothrank import losses
+
+    s = torch.tensor([[3.0, 1.0, 2.0, -1.0]], dtype=dtype) * scale
+    labels = torch.tensor([[2.0, 0.0, 1.0, 0.0]])
+    padded, mask, idx = _pad(s, where, fill=0.0)
+    padded_labels, _, _ = _pad(labels, where, fill=0.0)
+    p = sorting.neural_sort(padded, mask=mask, temperature=1.0)
+    torch.testing.assert_close(p[:, :4][:, :, idx], sorting.neural_sort(s, temperature=1.0))
+    hard = torch.zeros(1, 4, 4, dtype=dtype)
+    hard[0, [0, 1, 2, 3], [0, 2, 1, 3]] = 1.0
+    torch.testing.assert_close(sorting.neural_sort(s, temperature=1.0), hard)
+    for name in ("neural_ndcg", "neural_ndcg_transposed"):
+        for sinkhorn in (True, False):
+            x = padded.clone().requires_grad_(True)
+            loss = losses.get(name, sinkhorn=sinkhorn)(x, padded_labels, mask=mask)
+            loss.backward()
+            assert loss.item() == pytest.approx(-1.0) and torch.equal(x.grad, torch.zeros_like(x))
+
+
 def test_neural_sort_fully_padded_row_and_length_one() -> None:
     s = torch.tensor([[0.3, 0.1], [2.0, 7.0]], requires_grad=True)
     mask = torch.tensor([[False, False], [False, True]])
