@@ -18,6 +18,7 @@ Discounts (``discount=``), for 1-based ranks r:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import torch
@@ -36,7 +37,18 @@ def check_gain(spec: GainLike, *, argument: str = "gain") -> None:
         if spec not in GAIN_NAMES:
             raise ValueError(f"{argument}: unknown gain {spec!r}; expected one of {GAIN_NAMES}, "
                              "a mapping {label: gain} or a callable")
-    elif not (isinstance(spec, Mapping) or callable(spec)):
+    elif isinstance(spec, Mapping):
+        for key, value in spec.items():
+            for what, number in (("label", key), ("gain", value)):
+                ok = not isinstance(number, bool | str | bytes)
+                try:
+                    ok = ok and math.isfinite(float(number))
+                except (TypeError, ValueError):
+                    ok = False
+                if not ok:
+                    raise ValueError(f"{argument}: the mapping's {what}s must be finite numbers, "
+                                     f"got {key!r}: {value!r}")
+    elif not callable(spec):
         raise ValueError(f"{argument}: expected a name, a mapping or a callable, "
                          f"got {type(spec).__name__}")
 

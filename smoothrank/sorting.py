@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from smoothrank._checks import check_mask, within_dtype
+from smoothrank._checks import check_mask, check_nonnegative, check_positive, check_positive_int, within_dtype
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 
@@ -62,10 +62,7 @@ def _check_scores_mask(scores: Tensor, mask: Tensor | None, *, name: str = "scor
 
 
 def _check_temperature(temperature: float) -> float:
-    t = float(temperature)
-    if not t > 0 or t == float("inf"):
-        raise SmoothrankError(f"temperature: must be a positive finite number, got {temperature!r}")
-    return t
+    return check_positive(temperature, "temperature")
 
 
 def rank_mask(mask: Tensor) -> Tensor:
@@ -219,13 +216,10 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
     """
     mask = _check_scores_mask(scores, mask)
     tau = _check_temperature(temperature)
-    if int(n_samples) != n_samples or n_samples < 1:
-        raise SmoothrankError(f"n_samples: must be a positive integer, got {n_samples!r}")
-    if not float(beta) > 0:
-        raise SmoothrankError(f"beta: must be positive, got {beta!r}")
-    shape = (int(n_samples), *scores.shape)
-    perturbed = gumbel_perturb(scores, n_samples=int(n_samples), beta=float(beta), generator=generator,
-                               mask=mask)
+    n_samples = check_positive_int(n_samples, "n_samples")
+    beta = check_positive(beta, "beta")
+    shape = (n_samples, *scores.shape)
+    perturbed = gumbel_perturb(scores, n_samples=n_samples, beta=beta, generator=generator, mask=mask)
     flat_mask = mask.unsqueeze(0).expand(shape).reshape(-1, scores.shape[-1])
     p = neural_sort(perturbed.reshape(-1, scores.shape[-1]), mask=flat_mask, temperature=tau)
     return p.reshape(*shape, scores.shape[-1])
@@ -451,10 +445,8 @@ def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | N
     deviation of a real row or column sum from one after the last iteration, shape (batch,).
     """
     row_mask, col_mask = _split_mask(matrix, mask)
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise SmoothrankError(f"max_iter: must be a positive integer, got {max_iter!r}")
-    if not float(tol) >= 0:
-        raise SmoothrankError(f"tol: must be >= 0, got {tol!r}")
+    max_iter = check_positive_int(max_iter, "max_iter")
+    tol = check_nonnegative(tol, "tol")
     if columns_first:
         v, u, err = sinkhorn_scaling(matrix.transpose(-1, -2).contiguous(), mask=(col_mask, row_mask),
                                      max_iter=max_iter, tol=tol)
@@ -602,10 +594,8 @@ def neural_sort_bilinear(scores: Tensor, left: Tensor, right: Tensor, *, mask: T
     for name, vec in (("left", left), ("right", right)):
         if not isinstance(vec, Tensor) or vec.shape != scores.shape:
             raise SmoothrankError(f"{name}: expected a tensor of shape {tuple(scores.shape)}")
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise SmoothrankError(f"max_iter: must be a positive integer, got {max_iter!r}")
-    if not float(tol) >= 0:
-        raise SmoothrankError(f"tol: must be >= 0, got {tol!r}")
+    max_iter = check_positive_int(max_iter, "max_iter")
+    tol = check_nonnegative(tol, "tol")
     s, b, coef = _neural_sort_parts(scores, mask)
     dtype = scores.dtype
     rows_f, cols_f = rank_mask(mask).to(dtype), mask.to(dtype)

@@ -391,6 +391,19 @@ def test_mean_ignores_empty_queries(name: str) -> None:
     torch.testing.assert_close(fn(s, y, mask=mask, reduction="sum"), per_query.sum())
 
 
+@pytest.mark.parametrize("name", ["rank_net", "list_net", "list_mle", "rmse"])
+def test_negative_labels_without_a_relevant_document_are_an_empty_query(name: str) -> None:
+    # The losses that take labels as they are: a query whose labels are all <= 0 has no relevant
+    # document, so it contributes 0 and is not counted by "mean" (rank_net once scored it).
+    s = torch.tensor([[0.3, 0.1, 0.2], [0.5, 0.2, 0.9]], dtype=F64, requires_grad=True)
+    y = torch.tensor([[0.0, -1.0, -2.0], [1.0, 0.0, -1.0]], dtype=F64)
+    per_query = losses.get(name)(s, y, reduction="none")
+    assert per_query[0] == 0 and per_query[1] != 0
+    losses.get(name)(s, y).backward()
+    assert torch.all(s.grad[0] == 0)
+    torch.testing.assert_close(losses.get(name)(s, y), per_query[1])
+
+
 @pytest.mark.parametrize("name", ["rank_net", "lambda_rank"])
 def test_truncated_pairwise_gives_gradient_to_relevant_doc_at_rank_k_plus_1(name: str) -> None:
     """PITFALL 6: pairs with one item in the top k count; zero pairs give 0, not NaN."""
@@ -469,6 +482,17 @@ def test_registry() -> None:
     ("lambda_rank", {"discount": "cubic"}, "discount"),
     ("list_mle", {"generator": "x"}, "generator"),
     ("rmse", {"n_levels": 0}, "n_levels"),
+    # Found by a review on 2026-11-24: these failed inside float()/int() or were silently accepted.
+    ("soft_ndcg", {"sinkhorn": True, "max_iter": None}, "max_iter"),
+    ("soft_ndcg", {"sinkhorn": True, "tol": "x"}, "tol"),
+    ("soft_ndcg", {"max_iter": 2.5}, "max_iter"),  # checked with or without Sinkhorn
+    ("soft_ndcg", {"tol": -1.0}, "tol"),
+    ("soft_ndcg", {"sigma": "0.5"}, "sigma"),
+    ("soft_ndcg", {"sigma": True}, "sigma"),
+    ("neural_ndcg", {"temperature": None}, "temperature"),
+    ("neural_ndcg", {"max_iter": None}, "max_iter"),
+    ("neural_ndcg", {"gain": {0: 0, 1: float("nan"), 2: 3}}, "gain"),
+    ("neural_ndcg", {"gain": {0: 0, 1: "1", 2: 3}}, "gain"),
 ])
 def test_bad_options_raise_errors_naming_them(name: str, opts: dict, argument: str) -> None:
     with pytest.raises(SmoothrankError, match=argument):
@@ -600,11 +624,12 @@ def test_every_registered_loss_takes_padding_anywhere_with_real_zero_labels(name
 def test_negative_labels_are_real_labels_not_padding() -> None:
     """PITFALLS 14: padding is the mask, never a sentinel label, so a real label of -1 is a label.
 
-    RankNet's pairs on real labels (0, -1, -2) are all three ordered pairs (hand-computed);
-    masking the -1 item (not relabelling it) is what removes its pairs.
+    RankNet's pairs on real labels (1, -1, -2) are all three ordered pairs (hand-computed), the
+    pair (-1, -2) included; masking the -1 item (not relabelling it) is what removes its pairs. (A
+    query whose labels are all <= 0 has no relevant document and contributes 0, as for every loss.)
     """
     s = torch.tensor([[0.5, 2.0, -1.0]], dtype=F64)
-    y = torch.tensor([[0.0, -1.0, -2.0]], dtype=F64)
+    y = torch.tensor([[1.0, -1.0, -2.0]], dtype=F64)
 
     def cost(i: int, j: int) -> float:
         return math.log1p(math.exp(-(s[0, i] - s[0, j]).item()))

@@ -319,6 +319,14 @@ def test_rejects_bad_options() -> None:
         soft_rank(s, method="hybrid", n_exact=-1)
     with pytest.raises(SmoothrankError, match="max_rank"):
         soft_rank(s, max_rank=0)
+    with pytest.raises(SmoothrankError, match="max_rank"):
+        soft_rank(s, max_rank="x")
+    with pytest.raises(SmoothrankError, match="sinkhorn"):
+        soft_rank(s, sinkhorn="yes")
+    with pytest.raises(SmoothrankError, match="max_iter"):
+        soft_rank(s, sinkhorn=True, max_iter=None)
+    with pytest.raises(SmoothrankError, match="sigma"):
+        soft_rank(s, sigma="1")
     with pytest.raises(SmoothrankError, match="mask"):
         soft_rank(s, mask=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(SmoothrankError, match="backend"):

@@ -190,6 +190,17 @@ def test_neural_sort_errors_name_the_argument() -> None:
         sorting.neural_sort(torch.randn(3))
     with pytest.raises(SmoothrankError, match="n_samples"):
         sorting.stochastic_neural_sort(s, n_samples=0)
+    for bad in ("x", None, True):
+        with pytest.raises(SmoothrankError, match="temperature"):
+            sorting.neural_sort(s, temperature=bad)
+    for beta in (None, float("inf"), 0.0):
+        with pytest.raises(SmoothrankError, match="beta"):
+            sorting.stochastic_neural_sort(s, beta=beta)
+    for max_iter in (None, 0, 1.5):
+        with pytest.raises(SmoothrankError, match="max_iter"):
+            sorting.sinkhorn(torch.rand(1, 3, 3), max_iter=max_iter)
+    with pytest.raises(SmoothrankError, match="tol"):
+        sorting.sinkhorn(torch.rand(1, 3, 3), tol="x")
 
 
 # ----------------------------------------------------------------------------- Sinkhorn

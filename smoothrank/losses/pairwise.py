@@ -106,7 +106,8 @@ def rank_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     sigma = within_dtype(sigma, scores.dtype, divides=False)
     pairs = _pairs(labels, mask) & _in_top_k(scores, mask, k)
     n_pairs = pairs.sum((-1, -2)).to(scores.dtype)
-    valid = n_pairs > 0
+    # No relevant document (every label <= 0, e.g. negative labels): 0, as for every other loss.
+    valid = (n_pairs > 0) & C.has_relevant(labels, mask)
     weights = pairs.to(scores.dtype) / n_pairs.clamp_min(1.0).view(-1, 1, 1)
     per_query = _weighted_pair_cost(scores, weights, sigma)
     return C.reduce(per_query, valid, reduction)

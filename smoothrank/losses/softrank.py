@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from smoothrank._checks import check_bool
+from smoothrank._checks import check_bool, check_nonnegative, check_positive_int
 from smoothrank.losses import _common as C
 from smoothrank.losses._registry import register
 from smoothrank.softrank.api import check_method, check_n_exact, soft_rank
@@ -71,6 +71,7 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
     check_n_exact(n_exact)
     C.check_gain_discount(gain, discount)
     check_bool(sinkhorn, "sinkhorn")
+    max_iter, tol = check_positive_int(max_iter, "max_iter"), check_nonnegative(tol, "tol")
     scores, labels, mask = C.check_inputs(scores, labels, mask)
     n = scores.shape[-1]
     g = C.real_gains(labels, mask, gain)

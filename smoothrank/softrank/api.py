@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from smoothrank._checks import within_dtype
+from smoothrank._checks import check_bool, check_nonnegative, check_positive_int, within_dtype
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.normal import (
     hybrid_rank_distributions,
@@ -77,9 +77,11 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
     check_n_exact(n_exact)
     mask = default_mask(scores, mask)
     n = scores.shape[-1]
-    if max_rank is not None and (isinstance(max_rank, bool) or int(max_rank) != max_rank or max_rank < 1):
-        raise SmoothrankError(f"max_rank: expected a positive integer or None, got {max_rank!r}")
-    n_ranks = n if max_rank is None else min(int(max_rank), n)
+    if max_rank is not None:
+        max_rank = check_positive_int(max_rank, "max_rank")
+    check_bool(sinkhorn, "sinkhorn")
+    max_iter, tol = check_positive_int(max_iter, "max_iter"), check_nonnegative(tol, "tol")
+    n_ranks = n if max_rank is None else min(max_rank, n)
     inner_ranks = n if sinkhorn else n_ranks
     if n == 0:
         return scores.new_zeros(scores.shape[0], 0, 0)

@@ -17,19 +17,13 @@ import math
 import torch
 from torch import Tensor
 
-from smoothrank._checks import check_mask, within_dtype
-from smoothrank.errors import SmoothrankError
+from smoothrank._checks import check_mask, check_positive, within_dtype
 
 
 def check_sigma(sigma: float) -> float:
-    """Return ``sigma`` as a float, or raise naming the argument if it is not finite and > 0."""
-    try:
-        value = float(sigma)
-    except (TypeError, ValueError):
-        raise SmoothrankError(f"sigma: expected a positive number, got {sigma!r}") from None
-    if not (math.isfinite(value) and value > 0.0):
-        raise SmoothrankError(f"sigma: expected a finite number > 0, got {sigma!r}")
-    return value
+    """Return ``sigma`` as a float, or raise naming the argument if it is not a finite number > 0
+    (a string or a bool is refused, as for every scale option)."""
+    return check_positive(sigma, "sigma")
 
 
 def default_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
