@@ -150,8 +150,13 @@ def test_spec_seeds_must_be_distinct_in_range_and_given(folds):
     assert_spec_problems(two_method_spec(folds, seeds=[2**64]), ["seeds.0: expected an integer from 0"])
     assert_spec_problems(two_method_spec(folds, seeds=[True]), ["seeds.0: expected an integer, not a bool"])
     xgb = [{"library": "xgboost", "objective": "rank:ndcg", "num_boost_round": 3}]
-    assert_spec_problems(two_method_spec(folds, seeds=[2**63], gbdt=xgb), ["seeds: xgboost takes seeds up"])
-    spec_from_dict(two_method_spec(folds, seeds=[2**64 - 1]))  # LightGBM and torch take it
+    # Seeds a booster would fold onto smaller ones (checked with the libraries in test_experiments.py).
+    assert_spec_problems(two_method_spec(folds, seeds=[0, 2**32], gbdt=xgb),
+                         ["seeds: xgboost keeps seeds 0..4294967295"])
+    spec_from_dict(two_method_spec(folds, seeds=[0, 2**32 - 1], gbdt=xgb))
+    assert_spec_problems(two_method_spec(folds, seeds=[2**31]), ["seeds: lightgbm keeps seeds 0..2147483647"])
+    spec_from_dict(two_method_spec(folds, seeds=[2**31 - 1]))
+    spec_from_dict(two_method_spec(folds, seeds=[2**64 - 1], gbdt=[]))  # torch takes it
 
 
 def test_spec_loss_option_values_are_checked_in_dry_run(folds, tmp_path, capsys):

@@ -719,6 +719,46 @@ def test_published_comparison_orders_by_validation_and_needs_every_row_beaten():
     assert not published_comparison(tie, "mq2008", published, select_by="ndcg@10")[0]["beats"]["ndcg@5"]
 
 
+@pytest.mark.parametrize(("library", "objective", "params"), [
+    ("lightgbm", "lambdarank", {"bagging_fraction": 0.5, "bagging_freq": 1, "feature_fraction": 0.5,
+                                "min_data_in_leaf": 5}),
+    ("xgboost", "rank:ndcg", {"subsample": 0.5, "colsample_bytree": 0.5}),
+])
+def test_gbdt_seed_limits_are_where_the_libraries_start_aliasing(letor_files, library, objective, params):
+    # The limit itself still gives its own model; one above it gives the model of a smaller seed,
+    # which is why fit_gbdt and the spec check refuse it.
+    from smoothrank.experiments.gbdt import SEED_LIMITS
+
+    train = load_letor(letor_files / "train.txt")
+    limit = SEED_LIMITS[library]
+
+    def scores(seed: int) -> np.ndarray:
+        return fit_gbdt(train, None, library=library, objective=objective, params=params, num_boost_round=4,
+                        early_stopping_rounds=None, seed=seed).predict(train)
+
+    assert not np.array_equal(scores(0), scores(limit))
+    assert not np.array_equal(scores(0), scores(1))
+    with pytest.raises(ConfigError, match=f"seed: {library} keeps seeds 0..{limit}"):
+        scores(limit + 1)
+    # The library itself, past the harness's check: the aliasing that the check prevents.
+    if library == "lightgbm":
+        import lightgbm as lgb
+
+        def raw(seed: int) -> np.ndarray:
+            ds = lgb.Dataset(train.features, label=train.labels, group=np.diff(train.offsets))
+            booster = lgb.train({"objective": objective, "seed": seed, "verbosity": -1, **params}, ds, 4)
+            return booster.predict(train.features)
+    else:
+        import xgboost as xgb
+
+        def raw(seed: int) -> np.ndarray:
+            dm = xgb.DMatrix(train.features, label=train.labels)
+            dm.set_group(np.diff(train.offsets))
+            booster = xgb.train({"objective": objective, "seed": seed, "verbosity": 0, **params}, dm, 4)
+            return booster.predict(dm)
+    np.testing.assert_array_equal(raw(limit + 1), raw(0))
+
+
 def test_seeds_are_averaged_within_a_fold():
     results = [_fake("m", 1, [0.2, 0.4], 0.1, seed=0), _fake("m", 1, [0.4, 0.6], 0.3, seed=1)]
     row = next(r for r in summarize(results, metrics=["ndcg@1"]) if r["split"] == "train")

@@ -408,6 +408,19 @@ def _check_interaction_constraints(params: Mapping[str, Any], *, n_features: int
                                   f"of the training data (0..{n_features - 1})")
 
 
+# The largest seed each library keeps apart from the others: LightGBM reads its seed as a 32-bit
+# signed integer (2^31 gives the model of seed 0), XGBoost keeps the low 32 bits (2^32 gives seed 0's).
+SEED_LIMITS = {"lightgbm": 2**31 - 1, "xgboost": 2**32 - 1}
+
+
+def check_seed(library: str, seed: Any) -> None:
+    """Refuse a seed the library would alias to another (a seed ensemble of identical models)."""
+    limit = SEED_LIMITS.get(library, 2**63 - 1)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= limit:
+        raise ConfigError(f"seed: {library} keeps seeds 0..{limit} apart (a larger one gives the model of a "
+                          f"smaller one), got {seed!r}")
+
+
 def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
              params: Mapping[str, Any] | None = None, num_boost_round: int = 500,
              early_stopping_rounds: int | None = 50, eval_at: int = 10, seed: int = 0,
@@ -432,6 +445,7 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
     # the library's refusal is caught below; a loss's refusal is a SmoothrankError naming it
     check_gbdt(library, objective, params, probe=False, loss_options=loss_options, hessian=hessian,
                min_hessian=min_hessian)
+    check_seed(library, seed)
     if num_boost_round < 1:
         raise ConfigError(f"num_boost_round: expected >= 1, got {num_boost_round}")
     if early_stopping_rounds is not None and early_stopping_rounds < 1:

@@ -528,8 +528,13 @@ def _seed_problems(spec: ExperimentSpec) -> list[str]:
     if twice:
         # A repeated seed is the same run twice: it would count twice in the summaries.
         return [f"seeds: {twice} listed twice"]
-    if any(gb.library == "xgboost" for gb in spec.gbdt) and max(spec.seeds) > 2**63 - 1:
-        return [f"seeds: xgboost takes seeds up to 2**63 - 1, got {max(spec.seeds)}"]
+    from smoothrank.experiments.gbdt import SEED_LIMITS
+
+    for library in sorted({gb.library for gb in spec.gbdt}):
+        # Beyond its limit a library folds seeds onto smaller ones: two "different" seeds, one model.
+        if max(spec.seeds) > SEED_LIMITS[library]:
+            return [f"seeds: {library} keeps seeds 0..{SEED_LIMITS[library]} apart (a larger one gives the "
+                    f"model of a smaller one), got {max(spec.seeds)}"]
     return []
 
 
