@@ -1,4 +1,5 @@
-"""YAML reading for configs and specs: ``yaml.safe_load`` that refuses duplicate mapping keys.
+"""YAML reading for configs and specs: ``yaml.safe_load`` that refuses duplicate mapping keys and
+reads ``1e-3`` as a float (YAML 1.2; PyYAML's YAML 1.1 reads it as a string).
 
 PyYAML keeps the last of two equal keys without a word, so a config with ``lr:`` twice (or two
 ``optimizer:`` sections) would train with whichever came last. No torch import: loading a spec
@@ -8,6 +9,7 @@ stays light.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import yaml
@@ -38,6 +40,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                                        key_node.start_mark)
             first_line[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+# PyYAML follows YAML 1.1, where a float needs a dot: `lr: 1e-3` is the *string* "1e-3" (which a
+# loss option refuses, and which fingerprints differently from 0.001). Read floats as YAML 1.2 does.
+# The resolver lists are copied first: add_implicit_resolver would append to SafeLoader's own.
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
 
 
 def safe_load(text: str, *, name: str | None = None) -> Any:

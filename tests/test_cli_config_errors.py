@@ -144,6 +144,26 @@ def test_files_that_are_not_utf8_are_named(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------ experiment specs
+def test_spec_refuses_repeated_metrics_run_folder_separators_and_bad_model_shapes(folds):
+    # Found by a review on 2026-11-24: each passed the check and failed (or misled) at run time.
+    assert_spec_problems(two_method_spec(folds, metrics=["ndcg@1", "ndcg@1"], select_by="ndcg@1"),
+                         ["metrics: ['ndcg@1'] listed twice"])
+    spec = two_method_spec(folds)
+    spec["datasets"][0]["name"] = "a--fold1--x"
+    assert_spec_problems(spec, ["datasets.0.name: 'a--fold1--x' holds '--'"])
+    spec = two_method_spec(folds)
+    spec["gbdt"][0]["label"] = "x--fold1--y"
+    assert_spec_problems(spec, ["method label 'x--fold1--y' holds '--'"])
+    spec = two_method_spec(folds)
+    spec["models"] = [{"label": "car", "kind": "context_aware", "input_dim": 10, "n_heads": 3, "n_blocks": 1,
+                       "hidden": 8}]
+    assert_spec_problems(spec, ["input_dim (10) must be divisible by n_heads (3)"])
+    spec = two_method_spec(folds)
+    spec["gbdt"] = [{"library": "lightgbm", "objective": "list_mle", "hessian": "curvature",
+                     "min_hessian": True}]
+    assert_spec_problems(spec, ["gbdt.0.min_hessian"])  # a boolean is not a number
+
+
 def test_spec_seeds_must_be_distinct_in_range_and_given(folds):
     assert_spec_problems(two_method_spec(folds, seeds=[]), ["seeds: at least one seed is required"])
     assert_spec_problems(two_method_spec(folds, seeds=[0, 0]), ["seeds: [0] listed twice"])
@@ -237,7 +257,19 @@ def two_methods(tmp_path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("content", ["{not json", "[]", '{"method": "a"}'])
+_VALID = {"dataset": "syn", "method": "b", "fold": None, "kind": "neural"}
+
+
+@pytest.mark.parametrize("content", [
+    "{not json", "[]", '{"method": "a"}',
+    # valid JSON, damaged values (a review found these reached float() deep inside the summaries)
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": "abc"}}}),
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": 0.5}}, "per_query": {"qids": ["0", "1"],
+                                                                              "ndcg@1": ["abc", 0.1]}}),
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": 0.5}}, "per_query": {"qids": ["0", "1"],
+                                                                              "ndcg@1": [0.5]}}),
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": True}}}),
+])
 def test_compare_names_a_damaged_result_file(two_methods, capsys, content):
     path = two_methods / "runs" / "b" / "result.json"
     path.write_text(content)

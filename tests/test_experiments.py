@@ -955,6 +955,20 @@ def test_compare_states_the_metric_convention(tmp_path, capsys):
     put(other, "b", 1, [0.5] * 10, "trec")
     assert cli_main(["compare", str(tmp_path), "a", "b", "--b-out", str(other)]) == 2
     assert "convention" in capsys.readouterr().err
+    # One folder holding runs of two specs with other conventions (a review found these paired):
+    # refused, whether the two methods differ in convention or one method's runs do.
+    mixed = tmp_path / "mixed"
+    for fold in (1, 2):
+        put(mixed, "a", fold, [0.1] * 10, "letor4")
+        put(mixed, "b", fold, [0.5] * 10, "trec")
+    assert cli_main(["compare", str(mixed), "a", "b"]) == 2
+    assert "compare: a has convention ['letor4'] but b has ['trec']" in capsys.readouterr().err
+    put(mixed, "b", 2, [0.5] * 10, "letor4")
+    assert cli_main(["compare", str(mixed), "a", "b"]) == 2
+    assert "the runs of b were scored under several metric conventions" in capsys.readouterr().err
+    # --b-out with a method_a that OUT lacks: the message lists OUT's methods.
+    assert cli_main(["compare", str(tmp_path), "nope", "b", "--b-out", str(other)]) == 2
+    assert f"no finished run of 'nope' in {tmp_path}; methods: ['a', 'b']" in capsys.readouterr().err
     # Results that do not record one (hand-made): said so, null in JSON.
     bare = tmp_path / "bare"
     for method in ("a", "b"):

@@ -35,6 +35,23 @@ def test_yaml_and_toml_give_the_same_config(tmp_path):
         assert load_config(tmp_path / f"bom-{name}") == load_config(tmp_path / name)
 
 
+def test_exponent_floats_are_numbers_in_files_and_overrides(tmp_path):
+    # PyYAML (YAML 1.1) reads 1e-3 as a string; a loss option would then be refused as one, and an
+    # experiment would fingerprint lr: 1e-3 apart from lr: 0.001. Read as YAML 1.2 does.
+    import yaml
+
+    from smoothrank._yaml import safe_load
+
+    assert safe_load("a: 1e-3\nb: -2E+3\nc: 5.\nd: '1e-3'\ne: v1e3\nf: 7") == \
+        {"a": 0.001, "b": -2000.0, "c": 5.0, "d": "1e-3", "e": "v1e3", "f": 7}
+    assert yaml.safe_load("a: 1e-3") == {"a": "1e-3"}  # PyYAML's own loader is left as it was
+    (tmp_path / "c.yaml").write_text("data: {train: t.txt}\noptimizer: {lr: 1e-3}\n"
+                                     "loss: {name: neural_ndcg, options: {temperature: 1e-2}}\n")
+    config = load_config(tmp_path / "c.yaml", ["training.grad_clip=1e1"])
+    assert config.optimizer.lr == 0.001 and config.loss.options == {"temperature": 0.01}
+    assert config.training.grad_clip == 10.0
+
+
 def test_overrides_are_dotted_and_typed():
     config = load_config(None, ["data.train=x.txt", "optimizer.lr=0.0005", "model.hidden=[32, 16]",
                                 "training.grad_clip=1", "loss.options.temperature=0.5"])

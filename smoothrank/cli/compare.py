@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     results = _results(Path(args.out))
     method_b = args.method_b
     if args.b_out is not None:
+        if not any(r["method"] == args.method_a for r in results):
+            raise CLIError(f"method_a: no finished run of {args.method_a!r} in {args.out}; methods: "
+                           f"{sorted({r['method'] for r in results})}")
         results_b = _results(Path(args.b_out))
         method_b = f"{args.method_b} ({args.b_out})"
         results = [r for r in results if r["method"] == args.method_a] + \
@@ -52,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         if not any(r["method"] == method_b for r in results):
             raise CLIError(f"method_b: no finished run of {args.method_b!r} in {args.b_out}; methods: "
                            f"{sorted({r['method'] for r in results_b})}")
-        _check_same_data(results, args.method_a, method_b)
+    # One folder may hold runs of several specs (other methods, other conventions): pair only the same.
+    _check_same_data(results, args.method_a, method_b, "--b-out" if args.b_out is not None else "compare")
     metrics = _metrics(args.metrics, results, args.method_a, method_b)
     tests = compare_methods(results, args.method_a, method_b, metrics=metrics)
     convention = _convention(results, args.method_a, method_b)
@@ -120,13 +124,21 @@ def _results(out: Path) -> list[dict[str, Any]]:
     return load_results(out, ensembles=True)
 
 
-def _check_same_data(results: list[dict[str, Any]], method_a: str, method_b: str) -> None:
-    """Queries of two experiments pair only on the same datasets under the same convention."""
-    def facts(method: str, key: str) -> set[Any]:
-        return {r.get(key) for r in results if r["method"] == method}
+def _check_same_data(results: list[dict[str, Any]], method_a: str, method_b: str, where: str) -> None:
+    """Queries pair only on the same datasets under the same metric convention (of one method's runs
+    too: runs of one label written by two specs into one folder)."""
+    def facts(method: str, key: str) -> set[Any]:  # None: not recorded (runs written before the key)
+        return {r.get(key) for r in results if r["method"] == method} - {None}
 
+    for method in (method_a, method_b):
+        found = facts(method, "convention")
+        if len(found) > 1:
+            raise CLIError(f"{where}: the runs of {method} were scored under several metric conventions "
+                           f"{sorted(map(str, found))}; their values cannot be averaged or paired")
     for key in ("dataset", "convention"):
         a, b = facts(method_a, key), facts(method_b, key)
+        if key == "dataset" and where != "--b-out":
+            continue  # in one folder, pairs are formed within each dataset
         if a and b and a != b:
-            raise CLIError(f"--b-out: {method_a} has {key} {sorted(map(str, a))} but {method_b} has "
+            raise CLIError(f"{where}: {method_a} has {key} {sorted(map(str, a))} but {method_b} has "
                            f"{sorted(map(str, b))}; per-query values pair only on the same data")

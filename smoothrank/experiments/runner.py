@@ -349,7 +349,36 @@ def read_result(path: Path) -> dict[str, Any]:
     if missing is None or missing:
         what = f"no {', '.join(missing)}" if missing else f"a JSON {type(result).__name__}"
         raise SmoothrankError(f"{path}: not a run result ({what}); delete it to redo the run")
+    problem = _value_problem(result)
+    if problem:
+        raise SmoothrankError(f"{path}: not a run result ({problem}); delete it to redo the run")
     return result
+
+
+def _is_value(x: Any) -> bool:
+    """A metric value as stored: a number (not a bool) or null (undefined under the convention)."""
+    return x is None or (isinstance(x, int | float) and not isinstance(x, bool))
+
+
+def _value_problem(result: dict[str, Any]) -> str | None:
+    """What is wrong with a result's metric values (None: nothing), so that summaries, ``compare``
+    and the blends never meet a string or a short per-query list in the middle of their work."""
+    metrics = result["metrics"]
+    splits = metrics.values() if isinstance(metrics, dict) else [[]]
+    if not all(v is None or (isinstance(v, dict) and all(map(_is_value, v.values()))) for v in splits):
+        return "metrics: expected numbers (or null) per split and metric"
+    per_query = result.get("per_query")
+    if per_query is None:
+        return None
+    if not isinstance(per_query, dict) or not isinstance(per_query.get("qids", []), list):
+        return "per_query: expected an object with a list of qids"
+    n = len(per_query.get("qids", []))
+    for metric, values in per_query.items():
+        if metric == "qids":
+            continue
+        if not isinstance(values, list) or len(values) != n or not all(_is_value(x) for x in values):
+            return f"per_query.{metric}: expected {n} numbers (or null), one per query id"
+    return None
 
 
 def finished_result(cell: Cell, out_dir: Path) -> dict[str, Any] | None:

@@ -207,7 +207,7 @@ class GBDTSpec(_Strict):
     hessian: str = "constant"
     # the floor of the diagonal and curvature Hessians (smoothrank.boosting's min_hessian); null: its
     # default, and no key in the cell's settings, so that older cells keep their fingerprints
-    min_hessian: float | None = None
+    min_hessian: _Float | None = None
     params: dict[str, Any] = {}
     num_boost_round: Annotated[_Int, Field(ge=1)] = 500
     early_stopping_rounds: Annotated[_Int, Field(ge=1)] | None = 50
@@ -678,6 +678,9 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             check_metric(name, spec.convention)
         except ConfigError as err:
             problems.append(f"metrics.{i}: {err}")
+    twice = sorted({m for m in spec.metrics if spec.metrics.count(m) > 1})
+    if twice:
+        problems.append(f"metrics: {twice} listed twice")
     problems += _seed_problems(spec)
     if spec.select_by not in spec.metrics:
         problems.append(f"select_by: {spec.select_by!r} must be one of metrics {spec.metrics}")
@@ -774,6 +777,12 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     problems += [f"losses/gbdt: method label {label!r} is not a valid label (letters, digits, _ . @ + -)"
                  for label in methods if not re.fullmatch(_LABEL, label)]
     labels = methods + spec.ensemble_labels() + spec.blend_labels()
+    # "--" joins the parts of a run folder's name (dataset--fold--method--seed): inside a part it
+    # would let two cells share one folder.
+    problems += [f"datasets.{i}.name: {ds.name!r} holds '--', the separator of run folder names"
+                 for i, ds in enumerate(spec.datasets) if "--" in ds.name]
+    problems += [f"losses/gbdt/blends: method label {label!r} holds '--', the separator of run folder names"
+                 for label in dict.fromkeys(labels) if "--" in label]
     for label in sorted({x for x in labels if labels.count(x) > 1}):
         problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")
     if spec.baseline is not None and spec.baseline not in labels and not refused_grid:

@@ -107,6 +107,13 @@ class ContextAwareModelConfig(_Section):
     input_activation: Literal["relu", "tanh", "gelu", "identity"] | None = "relu"
     output_activation: Literal["relu", "tanh", "sigmoid", "gelu", "leaky_relu", "identity"] | None = "tanh"
 
+    @model_validator(mode="after")
+    def _heads_divide_the_width(self) -> ContextAwareModelConfig:
+        # Found when the model is built otherwise: hours into an experiment grid.
+        if self.input_dim % self.n_heads != 0:
+            raise ValueError(f"input_dim ({self.input_dim}) must be divisible by n_heads ({self.n_heads})")
+        return self
+
 
 ModelConfig = Annotated[LinearModelConfig | MLPModelConfig | ContextAwareModelConfig,
                         Field(discriminator="kind")]
