@@ -177,3 +177,41 @@ def test_missing_files_and_feature_mismatch(letor, tmp_path, capsys):
     assert main(["predict", str(model), str(tmp_path / "nodata.txt"), "--out", str(out)]) == 2
     assert "nodata.txt" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_predict_reads_files_with_the_training_files_index_base(tmp_path, capsys):
+    # A model trained on a zero-based file (sklearn's dump_svmlight_file writes index 0) scores a
+    # zero-based file that has no "0:" token with the columns it was trained on, not one to the left.
+    from sklearn.datasets import dump_svmlight_file
+
+    from smoothrank.data import load_letor
+    from smoothrank.training import load_model
+
+    rng = np.random.default_rng(0)
+    features = rng.uniform(size=(40, 4)).round(3)
+    labels = rng.integers(0, 3, size=40)
+    qids = np.repeat(np.arange(8), 5)
+    dump_svmlight_file(features, labels, str(tmp_path / "train.txt"), query_id=qids, zero_based=True)
+    sparse = features.copy()
+    sparse[:, 0] = 0.0  # no "0:" token anywhere: alone, the file reads as one-based
+    dump_svmlight_file(sparse, labels, str(tmp_path / "test.txt"), query_id=qids, zero_based=True)
+    assert "0:" not in (tmp_path / "test.txt").read_text()
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"train": str(tmp_path / "train.txt")},
+                                      "model": {"kind": "linear"},
+                                      "training": {"epochs": 1, "list_size": 8, "num_threads": 1},
+                                      "output": {"run_dir": str(tmp_path / "run")}}))
+    assert main(["train", str(config), "--quiet"]) == 0
+    model = load_model(tmp_path / "run" / "model.pt")
+    assert model.index_base == 0
+    assert main(["predict", str(tmp_path / "run" / "model.pt"), str(tmp_path / "test.txt"), "--out",
+                 str(tmp_path / "p.txt")]) == 0
+    expected = model.score(load_letor(tmp_path / "test.txt", zero_based=True, n_features=4))
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "p.txt"), expected, rtol=1e-6)
+    # A one-based file of the same 4 features under this zero-based model: its index 4 is a fifth
+    # column, so it is refused by its width (nothing written), never scored shifted.
+    (tmp_path / "bad.txt").write_text("1 qid:1 1:0.5 4:0.1\n")
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "run" / "model.pt"), str(tmp_path / "bad.txt"), "--out",
+                 str(tmp_path / "q.txt")]) != 0
+    assert "has 5 features but the model" in capsys.readouterr().err and not (tmp_path / "q.txt").exists()

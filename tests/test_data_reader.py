@@ -291,6 +291,7 @@ def test_cache_hit_and_invalidation(tmp_path):
     assert len(entries) == 1
     second = load_letor(path, cache=True)
     np.testing.assert_array_equal(first.features, second.features)
+    assert first.index_base == second.index_base == 1  # kept by the cache (format 3)
     np.testing.assert_array_equal(first.doc_ids, second.doc_ids)
     assert second.source == str(path)
     # another option: another entry, never the stale one

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import smoothrank.datasets as datasets
+from smoothrank.data import load_letor
 from smoothrank.datasets import MQ2008_FOLDS, load_mq2008, mq2008_text
-from smoothrank.errors import SmoothrankError
+from smoothrank.errors import DataFormatError, SmoothrankError
 
 
 @pytest.fixture(autouse=True)
@@ -85,6 +86,24 @@ def test_load_splits_of_a_data_section(tmp_path, monkeypatch):
         datasets.load_splits({"train": "train.txt", "valid": "vali.txt"})
     with pytest.raises(SmoothrankError, match=r"^data\.train: /no/such\.txt does not exist$"):
         datasets.load_splits({"train": "/no/such.txt"})
+
+
+def test_every_split_is_read_with_the_training_files_index_base(tmp_path):
+    # A review found a zero-based validation file without any "0:" token (sklearn's dump leaves out
+    # zeros) read one column to the left of its zero-based training file: silently wrong features.
+    (tmp_path / "train.txt").write_text("1 qid:1 0:1 1:5 2:7\n0 qid:1 0:0 1:6 2:8\n")
+    (tmp_path / "valid.txt").write_text("1 qid:2 1:5 2:7\n0 qid:2 1:6 2:8\n")
+    splits = datasets.load_splits({split: str(tmp_path / f"{split}.txt") for split in ("train", "valid")})
+    assert splits["train"].index_base == splits["valid"].index_base == 0
+    np.testing.assert_array_equal(splits["valid"].features, [[0, 5, 7], [0, 6, 8]])
+    assert load_letor(tmp_path / "valid.txt").index_base == 1  # alone, the file would guess 1-based
+    # A one-based training file and a file with index 0: an error naming both, not a guess.
+    (tmp_path / "one.txt").write_text("1 qid:1 1:1 2:5\n0 qid:1 2:6\n")
+    (tmp_path / "zero.txt").write_text("1 qid:2 0:5 1:7\n")
+    with pytest.raises(DataFormatError, match=r"zero\.txt:1: feature index 0 .*data\.valid is read with the "
+                                              r"feature indices of data\.train, which start at 1"):
+        datasets.load_splits({"train": str(tmp_path / "one.txt"), "valid": str(tmp_path / "zero.txt")})
+    assert load_mq2008(1, "test").index_base == 1
 
 
 @pytest.mark.parametrize(("section", "message"), [

@@ -27,13 +27,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from smoothrank._atomic import check_destination
     from smoothrank.data import load_letor, write_predictions, write_trec_run
+    from smoothrank.errors import DataFormatError
     from smoothrank.training.artifact import load_model
 
     check_destination(args.out, "--out")  # before the model and the data are read
     loaded = load_model(args.model)
     if args.n_features is not None and args.n_features < 1:
         raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
-    dataset = load_letor(args.data, n_features=args.n_features)
+    # The training file's index base (model.pt records it): a file guessing its own would be read
+    # one column off when the two disagree (a zero-based file without any "0:" token).
+    zero_based = "auto" if loaded.index_base is None else loaded.index_base == 0
+    try:
+        dataset = load_letor(args.data, n_features=args.n_features, zero_based=zero_based)
+    except DataFormatError as err:
+        if zero_based == "auto":
+            raise
+        raise DataFormatError(f"{err} (read with the feature indices of the model's training file, which "
+                              f"start at {loaded.index_base})") from None
     if dataset.n_features != loaded.n_features:
         hint = (" (a sparse file may pass --n-features)" if dataset.n_features < loaded.n_features else "")
         raise CLIError(f"{args.data} has {dataset.n_features} features but the model {args.model} was "

@@ -15,6 +15,7 @@ import warnings
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,9 +23,9 @@ from smoothrank.data._io import atomic_writer
 from smoothrank.errors import SmoothrankWarning
 
 #: Bump when the parser's output for the same input and options changes, including when it starts
-#: refusing an input it used to read (2: integer labels beyond 2^24).
-FORMAT_VERSION = 2
-_FIELDS = ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers")
+#: refusing an input it used to read (2: integer labels beyond 2^24; 3: the file's index base is kept).
+FORMAT_VERSION = 3
+_FIELDS = ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers", "index_base")
 
 
 def cache_dir() -> Path:
@@ -49,7 +50,7 @@ def cache_key(digests: Iterable[str], options: Mapping[str, object]) -> str:
     return hashlib.blake2b(payload.encode(), digest_size=20).hexdigest()
 
 
-def load_entry(key: str) -> dict[str, np.ndarray] | None:
+def load_entry(key: str) -> dict[str, Any] | None:
     """The arrays stored under ``key``, or None if absent or unreadable."""
     path = cache_dir() / f"{key}.npz"
     if not path.is_file():
@@ -57,19 +58,23 @@ def load_entry(key: str) -> dict[str, np.ndarray] | None:
     try:
         # our own handle: np.load leaves the file it opened unclosed when the zip is damaged
         with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in _FIELDS}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+            arrays: dict[str, Any] = {name: npz[name] for name in _FIELDS}
+        base = int(arrays["index_base"])  # stored as a number, -1 for None
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError):
         return None  # a damaged entry: parse again and overwrite it
+    arrays["index_base"] = None if base < 0 else base
     return arrays
 
 
-def store_entry(key: str, arrays: Mapping[str, np.ndarray]) -> None:
+def store_entry(key: str, arrays: Mapping[str, Any]) -> None:
     """Store ``arrays`` under ``key``; a cache that cannot be written only warns."""
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_writer(folder / f"{key}.npz") as handle:
-            np.savez(handle, **{name: arrays[name] for name in _FIELDS})
+            base = arrays.get("index_base")
+            np.savez(handle, **{name: arrays[name] for name in _FIELDS if name != "index_base"},
+                     index_base=np.asarray(-1 if base is None else base, dtype=np.int64))
     except OSError as err:
         warnings.warn(f"could not write the dataset cache in {folder}: {err}", SmoothrankWarning,
                       stacklevel=3)

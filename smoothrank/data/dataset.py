@@ -39,6 +39,11 @@ class Dataset:
         int64, shape (n_docs,), 1-based source lines.
     source : str
         Where the data came from (a path or a description), used in messages.
+    index_base : int or None
+        The first feature index of the source file as the reader read it: 0 (zero-based: index ``i``
+        is column ``i``) or 1 (index ``i`` is column ``i - 1``); None for data not read from a LETOR
+        file. Files scored by one model must be read with the same base, which is why
+        :func:`smoothrank.datasets.load_splits` and ``smoothrank predict`` reuse the training file's.
     """
 
     features: np.ndarray
@@ -48,6 +53,7 @@ class Dataset:
     offsets: np.ndarray
     line_numbers: np.ndarray
     source: str = "<memory>"
+    index_base: int | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -142,6 +148,7 @@ class Dataset:
         if new_features.ndim != 2 or new_features.shape[0] != self.n_docs:
             raise SmoothrankError(f"with_features: new_features must have shape ({self.n_docs}, F), "
                                   f"got {new_features.shape}")
+        # Other columns: the file's index base no longer maps indices to them.
         return Dataset(new_features.astype(np.float32, copy=False), self.labels, self.qids,
                        self.doc_ids, self.offsets, self.line_numbers, self.source)
 
@@ -156,7 +163,8 @@ class Dataset:
         sizes = self.list_sizes[idx]
         rows = np.concatenate([np.arange(self.offsets[q], self.offsets[q + 1]) for q in idx])
         return Dataset(self.features[rows], self.labels[rows], self.qids[idx], self.doc_ids[rows],
-                       np.r_[0, np.cumsum(sizes)].astype(np.int64), self.line_numbers[rows], self.source)
+                       np.r_[0, np.cumsum(sizes)].astype(np.int64), self.line_numbers[rows], self.source,
+                       self.index_base)
 
     def _check_query(self, q: int) -> int:
         if not -self.n_queries <= int(q) < self.n_queries:
@@ -191,7 +199,8 @@ def concat_datasets(datasets: Sequence[Dataset], *, source: str | None = None) -
     return Dataset(np.concatenate([d.features for d in parts]), np.concatenate([d.labels for d in parts]),
                    np.concatenate([d.qids for d in parts]), np.concatenate([d.doc_ids for d in parts]),
                    offsets.astype(np.int64), np.concatenate([d.line_numbers for d in parts]),
-                   source if source is not None else " + ".join(d.source for d in parts))
+                   source if source is not None else " + ".join(d.source for d in parts),
+                   bases.pop() if len(bases := {d.index_base for d in parts}) == 1 else None)
 
 
 def _finite_float32(values: np.ndarray, name: str) -> np.ndarray:

@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -681,12 +682,13 @@ def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: n
     doc_ids = np.asarray(acc.doc_ids, dtype=np.str_)
     if order is not None:
         features, labels, doc_ids, lines = features[order], labels[order], doc_ids[order], lines[order]
-    return Dataset(features, labels, qids, doc_ids, offsets, lines, source)
+    return Dataset(features, labels, qids, doc_ids, offsets, lines, source, first_col)
 
 
-def _arrays(dataset: Dataset) -> dict[str, np.ndarray]:
+def _arrays(dataset: Dataset) -> dict[str, Any]:
     return {"features": dataset.features, "labels": dataset.labels, "qids": dataset.qids,
-            "doc_ids": dataset.doc_ids, "offsets": dataset.offsets, "line_numbers": dataset.line_numbers}
+            "doc_ids": dataset.doc_ids, "offsets": dataset.offsets, "line_numbers": dataset.line_numbers,
+            "index_base": dataset.index_base}
 
 
 def _decode(raw: bytes, source: str, line: int, what: str) -> str:

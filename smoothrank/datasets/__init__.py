@@ -19,7 +19,7 @@ from typing import Any
 from smoothrank.data import cache as _cache
 from smoothrank.data.dataset import Dataset
 from smoothrank.data.letor import ReaderOptions, load_letor, parse_letor
-from smoothrank.errors import SmoothrankError
+from smoothrank.errors import DataFormatError, SmoothrankError
 
 __all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
 
@@ -89,7 +89,8 @@ def load_mq2008(fold: int = 1, split: str = "train", *, path: str | os.PathLike[
     dataset = parse_letor(text, source=source)
     if use_cache:
         _cache.store_entry(key, {name: getattr(dataset, name) for name in
-                                 ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers")})
+                                 ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers",
+                                  "index_base")})
     return dataset
 
 
@@ -130,7 +131,8 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
     fold ``mq2008_fold``, or the LETOR files ``train`` (required), ``valid`` and ``test``.
 
     The training file fixes the feature count of the others (a sparse file may stop at a lower
-    index), from ``n_features`` when given. A missing file is an error naming its field
+    index), from ``n_features`` when given, and whether their indices start at 0 or 1 (its
+    ``index_base``). A missing file is an error naming its field
     (``data.valid``) and, for a relative path, the folder it was looked for in; so is a section
     that names both sources, neither, or an unknown key (:func:`data_section_problem`).
     """
@@ -143,13 +145,24 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
                 "test": load_mq2008(fold, "test")}
     splits: dict[str, Dataset] = {}
     n_features = data.get("n_features")
+    zero_based: bool | str = "auto"
     for split in ("train", "valid", "test"):
         path = data.get(split)
         if path is None:
             continue
         _check_exists(Path(path), f"data.{split}")
-        splits[split] = load_letor(path, n_features=n_features)
+        try:
+            splits[split] = load_letor(path, n_features=n_features, zero_based=zero_based)
+        except DataFormatError as err:
+            if zero_based == "auto":
+                raise
+            raise DataFormatError(f"{err} (data.{split} is read with the feature indices of data.train, "
+                                  f"which start at {splits['train'].index_base})") from None
         n_features = splits["train"].n_features
+        # Each file alone would guess its own base: a zero-based file without a "0:" token (sklearn's
+        # dump_svmlight_file leaves out zeros) would be read one column to the left of the training file.
+        if splits["train"].index_base is not None:
+            zero_based = splits["train"].index_base == 0
     return splits
 
 

@@ -41,6 +41,9 @@ class RankingModel:
     transform_state: dict[str, Any] | None = None
     version: str = __version__
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The training file's first feature index (0 or 1; None: not recorded, read each file as it
+    #: says). ``smoothrank predict`` reads data files with it.
+    index_base: int | None = None
 
     def transform(self, dataset: Any) -> Any:
         """Apply the fitted training-time feature transforms (none: ``dataset`` unchanged)."""
@@ -64,8 +67,10 @@ class RankingModel:
 
 
 def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: int,
-               transform_state: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None) -> None:
-    """Write the artifact atomically (``config``: a :class:`~smoothrank.training.config.Config`)."""
+               transform_state: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
+               index_base: int | None = None) -> None:
+    """Write the artifact atomically (``config``: a :class:`~smoothrank.training.config.Config`;
+    ``index_base``: the training file's first feature index, :attr:`Dataset.index_base`)."""
     resolved = config.model_dump(mode="json")
     atomic_torch_save(path, {
         "format": FORMAT,
@@ -77,6 +82,7 @@ def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: i
         "transform_state": transform_state,
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "metadata": metadata or {},
+        "index_base": index_base,
     })
 
 
@@ -110,4 +116,5 @@ def load_model(path: str | Path) -> RankingModel:
     model.eval()
     return RankingModel(model=model, n_features=blob["n_features"], config=blob.get("config", {}),
                         transform_state=blob.get("transform_state"),
-                        version=blob.get("smoothrank_version", "unknown"), metadata=blob.get("metadata", {}))
+                        version=blob.get("smoothrank_version", "unknown"), metadata=blob.get("metadata", {}),
+                        index_base=blob.get("index_base"))

@@ -370,6 +370,7 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
     if "train" not in splits:
         raise ConfigError("data: a training split is required")
     n_features = splits["train"].n_features
+    index_base = splits["train"].index_base  # predict reads data files with the same base
     for name, dataset in splits.items():
         if dataset.n_features != n_features:
             raise ConfigError(f"data.{name}: {dataset.n_features} features, but the training split "
@@ -521,7 +522,7 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
         test_metrics = evaluate_model(model, test_set, **kwargs) if test_set is not None else {}
         save_model(run_path / MODEL_FILE, model, config=config, n_features=n_features,
                    transform_state=transform.state_dict() if transform is not None else None,
-                   metadata={"best_epoch": best_epoch, "valid": valid_metrics})
+                   metadata={"best_epoch": best_epoch, "valid": valid_metrics}, index_base=index_base)
         summary = {"best_epoch": best_epoch, "epochs_run": len(history), "selected_by": f"valid_{select}",
                    "convention": config.evaluation.convention, "valid": valid_metrics, "test": test_metrics}
         atomic_write_text(run_path / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
