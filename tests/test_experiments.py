@@ -1062,6 +1062,36 @@ def test_interrupted_neural_run_resumes_from_its_checkpoint(letor_files, tmp_pat
     assert summary["test"] == {}
 
 
+def test_an_interrupted_run_of_other_settings_is_refused_before_the_grid(letor_files, tmp_path, capsys):
+    # A review found that such a run failed in every later attempt ("--resume: the configuration
+    # differs"), after spec.yaml had been replaced; now the folder is refused up front, dry run too.
+    from smoothrank.datasets import load_splits
+    from smoothrank.training import train
+    from smoothrank.training.config import config_from_dict
+
+    data = _spec_dict(letor_files, gbdt=[], baseline=None,
+                      neural={"training": {"epochs": 3, "batch_size": 16, "list_size": 10}})
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(data))
+    (cell,) = expand(spec_from_dict(data))
+    splits = load_splits(cell.settings["config"]["data"])
+    splits.pop("test")
+    out = tmp_path / "out"
+    train_dir = out / "runs" / cell.run_id / "train"
+    train(config_from_dict(cell.settings["config"]), run_dir=train_dir, splits=splits, quiet=True,
+          stop_after_epoch=1)
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith(f"{cell.run_id}\tto run (resumes from its checkpoint)")
+    data["neural"]["optimizer"] = {"lr": 0.05}
+    spec_path.write_text(yaml.safe_dump(data))
+    for extra in (["--dry-run"], ["--quiet"]):
+        assert cli_main(["experiment", str(spec_path), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"{out / 'runs' / cell.run_id}: an interrupted run made with other settings" in err
+        assert "optimizer.lr" in err and "delete the run folder" in err
+    assert not (out / "spec.yaml").exists() and not (out / "summary.md").exists()
+
+
 @pytest.mark.parametrize(("name", "n_runs"), [("mq2008", 140), ("mq2008_ensemble", 100),
                                               ("mq2008_ensemble_map", 100), ("mq2008_gbdt_fold1", 4),
                                               ("mq2008_mlp", 80), ("mq2008_mlp_long", 80),

@@ -68,9 +68,12 @@ def run(args: Any) -> int:
         from smoothrank.experiments.ensemble import ENSEMBLES_DIR, plan_ensembles
         from smoothrank.experiments.runner import RESULT_FILE
 
+        check_out_dir(spec, out)  # what the run would refuse, the dry run refuses
         cells = expand(spec)
         for cell in cells:
             state = "finished" if finished_result(cell, out) is not None else "to run"
+            if state == "to run" and (out / "runs" / cell.run_id / "train" / "checkpoint.pt").is_file():
+                state = "to run (resumes from its checkpoint)"
             print(f"{cell.run_id}\t{state}")
         for plan in plan_ensembles(spec, cells):
             exists = (out / ENSEMBLES_DIR / plan.ensemble_id / RESULT_FILE).is_file()

@@ -399,7 +399,23 @@ def check_out_dir(spec: ExperimentSpec, out_dir: str | Path) -> None:
     from smoothrank.experiments.spec import expand
 
     for cell in expand(spec):
-        finished_result(cell, Path(out_dir))
+        if finished_result(cell, Path(out_dir)) is None and cell.kind == "neural":
+            _check_interrupted(cell, Path(out_dir) / "runs" / cell.run_id)
+
+
+def _check_interrupted(cell: Cell, run_dir: Path) -> None:
+    """Refuse an interrupted neural run (a checkpoint, no result) that the spec now sets otherwise:
+    resuming it would fail in every later attempt, after the grid had started."""
+    if not (run_dir / "train" / "checkpoint.pt").is_file():
+        return
+    from smoothrank.training.config import config_from_dict
+    from smoothrank.training.trainer import checkpoint_changes
+
+    config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
+    changes = checkpoint_changes(config, run_dir / "train")
+    if changes:
+        raise ConfigError(f"{run_dir}: an interrupted run made with other settings than the spec now gives "
+                          f"({changes}); use another --out folder or delete the run folder to redo it")
 
 
 def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 1,

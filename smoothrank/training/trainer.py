@@ -288,6 +288,26 @@ def _comparable(config: Config) -> dict[str, Any]:
 _UNSET = object()
 
 
+def _config_changes(state: dict[str, Any], config: Config) -> str:
+    """How ``config`` differs from the one a checkpoint ``state`` was saved with ("" if it does not)."""
+    if state.get("config") == _comparable(config):
+        return ""
+    return "; ".join(_differences(state.get("config"), _comparable(config)))
+
+
+def checkpoint_changes(config: Config, run_dir: str | Path) -> str:
+    """How ``config`` differs from the one of the checkpoint in ``run_dir`` ("" if it does not, or
+    if there is no checkpoint): a resume would refuse it. The experiment runner asks before a grid."""
+    path = Path(run_dir) / CHECKPOINT
+    if not path.is_file():
+        return ""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a damaged checkpoint is the resume's to report, with its own message
+        return ""
+    return _config_changes(state, config) if isinstance(state, dict) else ""
+
+
 def _differences(run: Any, now: Any, prefix: str = "", limit: int = 5) -> list[str]:
     """``key: X in the run, Y now`` for the first ``limit`` dotted keys where two configs differ."""
     if isinstance(run, dict) and isinstance(now, dict):
@@ -353,8 +373,8 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
         if not checkpoint_path.is_file():
             raise ConfigError(f"--resume: no checkpoint in {run_path}")
         state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        if state.get("config") != _comparable(config):
-            changes = "; ".join(_differences(state.get("config"), _comparable(config)))
+        changes = _config_changes(state, config)
+        if changes:
             raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path} "
                               f"({changes}); give the run's settings, or start a new run elsewhere")
         # A run killed while writing leaves a hidden temporary file; the previous file is intact.
