@@ -759,6 +759,32 @@ def test_gbdt_seed_limits_are_where_the_libraries_start_aliasing(letor_files, li
     np.testing.assert_array_equal(raw(limit + 1), raw(0))
 
 
+def test_a_method_missing_folds_is_marked_and_never_the_pick():
+    # A review found a method averaged over 2 of 3 folds (a failed run) shown unmarked beside
+    # 3-fold methods, and first in the table against the published rows.
+    results = []
+    for f in (1, 2, 3):
+        for method, value in (("full", 0.4), ("partial", 0.9)):
+            if method == "partial" and f == 3:
+                continue
+            r = _fake(method, f, [value, value + 0.1], 0.5)
+            for m in ("ndcg@3", "ndcg@5", "map"):
+                r["metrics"]["test"][m] = value + 0.05
+                r["per_query"][m] = [value, value + 0.1]
+            r["metrics"]["valid"] = {"ndcg@10": value}
+            results.append(r)
+    metrics = ["ndcg@1", "ndcg@3", "ndcg@5", "map"]
+    rows = summarize(results, metrics=metrics)
+    published = {"P": {"ndcg@1": 0.1, "ndcg@3": 0.1, "ndcg@5": 0.1, "map": 0.1}}
+    table = published_comparison(rows, "mq2008", published, select_by="ndcg@10")
+    assert [(r["method"], r["n_folds"], r["beats_all"]) for r in table] == [("full", 3, True),
+                                                                             ("partial", 2, False)]
+    text = format_markdown(rows, metrics=metrics, title="T", convention="letor4", baseline=None, alpha=0.05,
+                           select_by="ndcg@10")
+    assert "| partial (2 of 3 folds) |" in text and "| full |" in text
+    assert "Sampling noise of the first row, `full`" in text
+
+
 def test_seeds_are_averaged_within_a_fold():
     results = [_fake("m", 1, [0.2, 0.4], 0.1, seed=0), _fake("m", 1, [0.4, 0.6], 0.3, seed=1)]
     row = next(r for r in summarize(results, metrics=["ndcg@1"]) if r["split"] == "train")

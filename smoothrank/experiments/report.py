@@ -236,12 +236,15 @@ def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published
 
     For every target metric, ``beats[metric]`` is True when the method's mean test value over the
     folds is strictly above every published value of that metric (a published row without it is
-    ignored); ``beats_all`` when that holds for every target; ``se[metric]`` is the test mean's
-    standard error over queries (NaN without per-query values). The order is the only thing the
-    validation split decides: the first row is the configuration a user would pick without
-    looking at the test split.
+    ignored) and the method has every fold the dataset's most complete method has (``n_folds``,
+    ``complete_folds``); ``beats_all`` when that holds for every target; ``se[metric]`` is the test
+    mean's standard error over queries (NaN without per-query values). The order is the only thing
+    the validation split decides: the first row is the configuration a user would pick without
+    looking at the test split (methods missing folds come last).
     """
     index = {(r["method"], r["split"], r["metric"]): r["mean"] for r in rows if r["dataset"] == dataset}
+    folds = _fold_counts(rows, dataset)
+    complete = max(folds.values(), default=0)
     errors = {(r["method"], r["metric"]): r.get("se", math.nan) for r in rows
               if r["dataset"] == dataset and r["split"] == "test"}
     methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
@@ -253,9 +256,26 @@ def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published
                  for m in targets}
         out.append({"method": method, "kind": kinds[method],
                     "valid": index.get((method, "valid", select_by), math.nan), "test": test, "beats": beats,
-                    "beats_all": all(beats.values()),
-                    "se": {m: errors.get((method, m), math.nan) for m in targets}})
-    return sorted(out, key=lambda r: -r["valid"] if not math.isnan(r["valid"]) else math.inf)
+                    "beats_all": all(beats.values()) and folds.get(method, 0) == complete,
+                    "se": {m: errors.get((method, m), math.nan) for m in targets},
+                    "n_folds": folds.get(method, 0), "complete_folds": complete})
+    # A method missing folds (failed runs) is not comparable with 5-fold averages: listed last.
+    return sorted(out, key=lambda r: (r["n_folds"] < complete,
+                                      -r["valid"] if not math.isnan(r["valid"]) else math.inf))
+
+
+def _fold_counts(rows: Sequence[dict[str, Any]], dataset: str) -> dict[str, int]:
+    """Each method's number of folds with a test result on ``dataset``."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r["dataset"] == dataset and r["split"] == "test":
+            counts[r["method"]] = max(counts.get(r["method"], 0), r["n_folds"])
+    return counts
+
+
+def _shown_label(method: str, n_folds: int, complete: int) -> str:
+    """A method's label in the tables, with the folds it lacks (its failed runs) when it lacks some."""
+    return method if n_folds >= complete else f"{method} ({n_folds} of {complete} folds)"
 
 
 def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: dict[str, dict[str, float]],
@@ -271,7 +291,8 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
         cells = [("–" if math.isnan(r["test"][m]) else f"{r['test'][m]:.4f}")
                  + (" ✓" if r["beats"][m] else "") for m in targets]
         verdict = "yes" if r["beats_all"] else "no"
-        lines.append(f"| {r['method']} | {valid} | " + " | ".join(cells) + f" | {verdict} |")
+        label = _shown_label(r["method"], r["n_folds"], r["complete_folds"])
+        lines.append(f"| {label} | {valid} | " + " | ".join(cells) + f" | {verdict} |")
     best_values = {m: max(p[m] for p in published.values() if m in p) for m in targets}
     best = [f"{m}: {v:.4f}" for m, v in best_values.items()]
     return [*lines, "", "Best published value per metric: " + ", ".join(best) + ".",
@@ -280,7 +301,9 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
 
 def _noise_lines(pick: dict[str, Any] | None, best: dict[str, float]) -> list[str]:
     """How the first row's gaps to the best published values compare with its sampling noise."""
-    if pick is None or all(math.isnan(pick["se"][m]) for m in best):
+    if pick is None or pick["n_folds"] < pick["complete_folds"]:
+        return []  # no pick: a method missing folds is no configuration's result
+    if all(math.isnan(pick["se"][m]) for m in best):
         return []
     cells = []
     for m, value in best.items():
@@ -346,6 +369,7 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
     for dataset in datasets:
         methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
         n_folds = max((r["n_folds"] for r in rows if r["dataset"] == dataset), default=0)
+        folds = _fold_counts(rows, dataset)
         for split, label in (("test", "test"), ("valid", "validation"), ("train", "training")):
             if not any(r["split"] == split for r in rows if r["dataset"] == dataset):
                 continue  # e.g. no validation split
@@ -354,7 +378,8 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                       "|---|" + "---|" * len(metrics)]
             for method in methods:
                 cells = [_cell(index.get((dataset, method, split, m))) for m in metrics]
-                lines.append(f"| {method} | " + " | ".join(cells) + " |")
+                label = _shown_label(method, folds.get(method, n_folds), n_folds)
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
             if split == "test":
                 published = published_baselines([dataset], convention)
                 for name, values in published.items():
