@@ -155,6 +155,29 @@ def test_trec_files_refuse_a_docid_repeated_within_a_query(tmp_path):
     assert (tmp_path / "run.txt").read_text() == "2 Q0 A 1 1.0 smoothrank\n"
 
 
+@pytest.mark.parametrize("fast", [False, True])
+def test_the_largest_float32_reads_back_and_only_overflow_is_refused(tmp_path, monkeypatch, fast):
+    # A review found the largest float32 refused as out of range: its shortest text (3.4028235e+38)
+    # and write_letor's 9 digits are above it as doubles but round to it.
+    if fast:
+        monkeypatch.setattr(letor, "FAST_MIN_BYTES", 0)
+    top = np.finfo(np.float32).max
+    data = Dataset.from_arrays(np.array([[top], [-top], [1.5]], np.float32), np.array([1.0, 0.0, 0.0]),
+                               ["a", "a", "a"])
+    write_letor(tmp_path / "max.txt", data)
+    back = load_letor(tmp_path / "max.txt", cache=False)
+    np.testing.assert_array_equal(back.features, data.features)
+    shortest = _write(tmp_path, "1 qid:1 1:3.4028235e+38\n0 qid:1 1:-3.4028235e38\n", name="short.txt")
+    np.testing.assert_array_equal(load_letor(shortest, cache=False).features[:, 0], [top, -top])
+    for text in ("3.4028236e38", "3.5e38", "1e39"):  # round to inf in float32
+        path = _write(tmp_path, f"1 qid:1 1:{text}\n", name="over.txt")
+        with pytest.raises(DataFormatError, match=r"over\.txt:1: feature value out of the float32 range"):
+            load_letor(path, cache=False)
+        labelled = _write(tmp_path, f"{text} qid:1 1:1\n", name="label.txt")
+        with pytest.raises(DataFormatError, match=r"label\.txt:1: the label .* overflows float32"):
+            load_letor(labelled, cache=False, allow_real_labels=True)
+
+
 def test_write_letor_refuses_what_it_could_not_read_back(tmp_path):
     nan = Dataset(np.array([[1.0], [np.nan]], np.float32), np.zeros(2, np.float32), np.array(["q"]),
                   np.array(["a", "b"]), np.array([0, 2]), np.array([1, 2]), "mem")

@@ -34,6 +34,9 @@ TOO_MANY = 9
 FAST, SLOW, INVALID = 0, 1, 2
 MAX_INDEX = 2**31 - 2
 F32_MAX = float(np.finfo(np.float32).max)
+# Doubles below this round to a finite float32 (FLT_MAX itself and its 9-digit text included); at it
+# and above they round to inf. Half of float32's last gap (2^104) above FLT_MAX, whose mantissa is odd.
+F32_LIMIT = F32_MAX + 2.0**103
 _POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)  # all exact doubles
 _TWO53 = 2**53
 
@@ -246,7 +249,7 @@ def scan_chunk(buf, null_value, null_ok, row_line, row_label, row_q, row_d, row_
                     slow[s, 1] = j
                     slow[s, 2] = t
                     s += 1
-            if abs(value) > F32_MAX:
+            if abs(value) >= F32_LIMIT:
                 return VALUE_RANGE, r, t, s, max_index, line
             tok_row[t] = r
             tok_col[t] = index
