@@ -221,6 +221,20 @@ def test_a_damaged_standardize_state_is_refused_not_nan_features(change):
         transform_from_state(state).transform(ds)
 
 
+def test_standardised_values_beyond_float32_name_the_file_line_and_column(tmp_path):
+    # A review found legal features near 1e38 standardised to inf with only numpy's overflow
+    # warning, and the NaN error that followed named nothing.
+    from smoothrank.data.transforms import Standardize
+
+    train = Dataset.from_arrays(np.array([[0.0, 1.0], [1.0, 2.0]]), np.zeros(2), [1, 1])
+    path = _write(tmp_path, "1 qid:1 1:0.5 2:1\n0 qid:1 1:3e38 2:1\n", name="valid.txt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy overflow warning either
+        with pytest.raises(SmoothrankError, match=r"valid\.txt:2: column 0 \(3e\+38\) standardises to "
+                                                  r"6e\+38, beyond float32 \(training mean 0\.5, std 0\.5\)"):
+            Standardize().fit(train).transform(load_letor(path, cache=False))
+
+
 # ----------------------------------------------------------------------------- byte order marks
 _BOM = b"\xef\xbb\xbf"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +121,21 @@ def test_resume_after_injected_stop_matches_uninterrupted(small_letor, tmp_path)
             "schedule.step_size: 2 in the run, 50 now)") in str(info.value)
 
 
+def test_resume_of_a_run_interrupted_before_its_first_checkpoint_starts_it(small_letor, tmp_path):
+    # Interrupted in epoch 1, a run directory holds config.yaml only; the CLI's advice after an
+    # interruption is "--resume", which used to fail with "no checkpoint".
+    import shutil
+
+    full = train(make_config(small_letor, tmp_path / "full"), quiet=True)
+    early = make_config(small_letor, tmp_path / "early")
+    (tmp_path / "early").mkdir()
+    shutil.copy(tmp_path / "full" / CONFIG_FILE, tmp_path / "early" / CONFIG_FILE)
+    resumed = train(early, quiet=True, resume=True)
+    assert _strip_time(resumed.history) == _strip_time(full.history)
+    with pytest.raises(ConfigError, match="--resume: no checkpoint in"):  # nothing there at all
+        train(make_config(small_letor, tmp_path / "typo"), quiet=True, resume=True)
+
+
 def test_early_stopping_and_softrank_protocol(small_letor, tmp_path):
     # A learning rate of 1e-12 leaves the model unchanged: no epoch after the first improves.
     config = make_config(small_letor, tmp_path / "es", optimizer={"lr": 1e-12},
@@ -161,6 +177,26 @@ def test_bad_loss_options_fail_before_anything_is_written(small_letor, tmp_path)
     with pytest.raises(ConfigError, match="bogus"):
         train(unchecked, quiet=True)
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_non_finite_score_names_the_file_and_line_of_its_document(small_letor):
+    # A review found features too large for a model's arithmetic ending in "scores: NaN among the
+    # real items" from the metrics, naming neither the split nor the document.
+    from smoothrank.data import load_letor
+    from smoothrank.models import LinearScorer
+
+    dataset = load_letor(small_letor["valid"])
+    model = LinearScorer(dataset.n_features)
+    big = dataset.features.copy()
+    big[5] = 3e38  # each legal float32; their weighted sum overflows
+    with torch.no_grad():
+        model.net.weight.fill_(1.0)
+    bad = dataset.with_features(big)
+    line = int(dataset.line_numbers[5])
+    for call in (lambda: predict_scores(model, bad), lambda: evaluate_model(model, bad, metrics=["ndcg@10"])):
+        with pytest.raises(TrainingError, match=rf"^{re.escape(str(small_letor['valid']))}:{line}: the model "
+                                                rf"scored this document inf"):
+            call()
 
 
 def test_evaluate_model_matches_metrics_on_full_lists(small_letor):

@@ -54,7 +54,17 @@ class Standardize(Transform):
         if self.mean is None or self.std is None:
             raise SmoothrankError("Standardize: call fit(train_dataset) before transform")
         _check_width(dataset, self.mean.shape[0], "Standardize")
-        return dataset.with_features(((dataset.features - self.mean) / self.std).astype(np.float32))
+        z = (dataset.features.astype(np.float64) - self.mean) / self.std
+        with np.errstate(over="ignore"):
+            out = z.astype(np.float32)
+        if not np.isfinite(out).all():
+            row, col = (int(i) for i in np.argwhere(~np.isfinite(out))[0])
+            line, value = int(dataset.line_numbers[row]), dataset.features[row, col]
+            raise SmoothrankError(
+                f"{dataset.source}:{line}: column {col} ({value:g}) standardises to {z[row, col]:.3g}, "
+                f"beyond float32 (training mean {self.mean[col]:.3g}, std {self.std[col]:.3g}); a "
+                "signed_log1p transform before standardize tames such values")
+        return dataset.with_features(out)
 
     def state_dict(self) -> dict[str, Any]:
         if self.mean is None or self.std is None:

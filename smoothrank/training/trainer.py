@@ -177,10 +177,24 @@ def _scored_batches(model: nn.Module, dataset: Any, *, batch_size: int) -> Itera
     model.eval()  # dropout off, batch norm running statistics (PITFALLS 16)
     try:
         for batch in evaluation_batches(dataset, batch_size=batch_size):
-            scores = model(batch.features.to(device, dtype), batch.mask.to(device))
-            yield batch, scores.cpu()
+            scores = model(batch.features.to(device, dtype), batch.mask.to(device)).cpu()
+            bad = ~torch.isfinite(scores) & batch.mask
+            if bool(bad.any()):
+                _refuse_scores(dataset, batch, scores, bad)
+            yield batch, scores
     finally:
         model.train(was_training)
+
+
+def _refuse_scores(dataset: Any, batch: Any, scores: Tensor, bad: Tensor) -> None:
+    """A non-finite score of a real document: an error naming the data file and the document's line
+    (the metrics would otherwise refuse "scores" with no word of where they came from)."""
+    b, j = (int(i) for i in torch.nonzero(bad)[0])
+    row = int(batch.rows[b, j])
+    lines = getattr(dataset, "line_numbers", None)
+    where = f"{dataset.source}:{int(lines[row])}" if lines is not None and row >= 0 else str(dataset.source)
+    raise TrainingError(f"{where}: the model scored this document {float(scores[b, j])} (its features are "
+                        "too large for the model's arithmetic, or the weights are not finite)")
 
 
 def predict_scores(model: nn.Module, dataset: Any, *, batch_size: int = 256) -> np.ndarray:
@@ -369,6 +383,10 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
                               "(pip install tensorboard)") from None
     checkpoint_path = run_path / CHECKPOINT
     state = None
+    if resume and not checkpoint_path.is_file() and (run_path / CONFIG_FILE).is_file():
+        # Interrupted before the first epoch's checkpoint: nothing to resume, start from epoch 1 (the
+        # message after the interruption told the user to pass --resume).
+        resume = False
     if resume:
         if not checkpoint_path.is_file():
             raise ConfigError(f"--resume: no checkpoint in {run_path}")
