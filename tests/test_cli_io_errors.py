@@ -301,6 +301,7 @@ def test_demo_rerun_into_its_run_dir_gives_demo_advice(tmp_path, capsys):
     (["--seed", "-1"], "--seed: expected an integer in [0, 2**64 - 1]"),
     (["--losses", ""], "--losses: no loss given"),
     (["--losses", ","], "--losses: no loss given"),
+    (["--losses", "list_net,rmse,list_net"], "--losses: list_net listed twice"),  # before any training
 ])
 def test_demo_options_out_of_range(capsys, args, message):
     assert main(["demo", "--quiet", "--epochs", "1", *args]) == 2

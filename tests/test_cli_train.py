@@ -215,3 +215,39 @@ def test_predict_reads_files_with_the_training_files_index_base(tmp_path, capsys
     assert main(["predict", str(tmp_path / "run" / "model.pt"), str(tmp_path / "bad.txt"), "--out",
                  str(tmp_path / "q.txt")]) != 0
     assert "has 5 features but the model" in capsys.readouterr().err and not (tmp_path / "q.txt").exists()
+
+
+def test_evaluate_and_predict_regroup_a_file_whose_queries_are_apart(letor, tmp_path, capsys):
+    # The reader's advice for such a file was "pass regroup=True", an option neither command had.
+    lines = ["2 qid:1 1:0.9 2:0.1", "0 qid:2 1:0.2 2:0.5", "0 qid:1 1:0.1 2:0.3", "1 qid:2 1:0.8 2:0.4",
+             "1 qid:1 1:0.5 2:0.2"]
+    scores = [0.3, 0.9, 0.1, 0.2, 0.5]
+    (tmp_path / "apart.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "apart.pred").write_text("\n".join(map(str, scores)) + "\n")
+    order = [0, 2, 4, 1, 3]  # the same documents, each query's lines together
+    (tmp_path / "together.txt").write_text("\n".join(lines[i] for i in order) + "\n")
+    (tmp_path / "together.pred").write_text("\n".join(str(scores[i]) for i in order) + "\n")
+    args = ["--metrics", "ndcg@1,map", "--format", "json"]
+    assert main(["evaluate", "--data", str(tmp_path / "apart.txt"), "--predictions",
+                 str(tmp_path / "apart.pred"), *args]) == 2
+    assert "--regroup of smoothrank predict and evaluate" in capsys.readouterr().err
+    assert main(["evaluate", "--data", str(tmp_path / "apart.txt"), "--predictions",
+                 str(tmp_path / "apart.pred"), "--regroup", *args]) == 0
+    apart = json.loads(capsys.readouterr().out)["metrics"]
+    assert main(["evaluate", "--data", str(tmp_path / "together.txt"), "--predictions",
+                 str(tmp_path / "together.pred"), *args]) == 0
+    assert apart == json.loads(capsys.readouterr().out)["metrics"]
+    # predict: one score per input line, in line order, as for the file with its queries together.
+    run_dir = tmp_path / "run"
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"train": str(tmp_path / "together.txt")},
+                                      "model": {"kind": "linear"},
+                                      "training": {"epochs": 1, "list_size": 4, "num_threads": 1},
+                                      "output": {"run_dir": str(run_dir)}}))
+    assert main(["train", str(config), "--quiet"]) == 0
+    for name in ("apart", "together"):
+        extra = ["--regroup"] if name == "apart" else []
+        assert main(["predict", str(run_dir / "model.pt"), str(tmp_path / f"{name}.txt"), "--out",
+                     str(tmp_path / f"{name}.out"), *extra]) == 0
+    apart_scores = np.loadtxt(tmp_path / "apart.out")
+    np.testing.assert_array_equal(apart_scores[order], np.loadtxt(tmp_path / "together.out"))

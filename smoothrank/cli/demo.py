@@ -52,6 +52,9 @@ def _parse_losses(text: str | None) -> list[str] | None:
     losses = [name.strip() for name in text.split(",") if name.strip()]
     if not losses:
         raise CLIError(f"--losses: no loss given (got {text!r})")
+    twice = sorted({name for name in losses if losses.count(name) > 1})
+    if twice:  # one run folder per loss: the second would find the first's run there
+        raise CLIError(f"--losses: {', '.join(twice)} listed twice")
     return losses
 
 

@@ -35,6 +35,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--n-features", type=int, default=None,
                         help="feature count of a DATA file wider than the reader infers on its own "
                              "(65536; see docs/data.md)")
+    parser.add_argument("--regroup", action="store_true",
+                        help="group the lines of a query that are apart in DATA (output keeps line order)")
     parser.set_defaults(func=run)
 
 
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     conv = get_convention(args.convention)
     if args.n_features is not None and args.n_features < 1:
         raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
-    dataset = load_letor(args.data, n_features=args.n_features)
+    dataset = load_letor(args.data, n_features=args.n_features, regroup=args.regroup)
     predictions = read_predictions(args.predictions, expected=dataset.n_docs)
     # Prediction i belongs to the i-th data line of the file, whatever the dataset's row order.
     scores = np.empty(dataset.n_docs, dtype=np.float64)

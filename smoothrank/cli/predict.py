@@ -21,6 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tag", default="smoothrank", help="run tag of a TREC run")
     parser.add_argument("--n-features", type=int, default=None,
                         help="feature count of a sparse DATA file whose largest index is below the model's")
+    parser.add_argument("--regroup", action="store_true",
+                        help="group the lines of a query that are apart in DATA (output keeps line order)")
     parser.set_defaults(func=run)
 
 
@@ -38,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     # one column off when the two disagree (a zero-based file without any "0:" token).
     zero_based = "auto" if loaded.index_base is None else loaded.index_base == 0
     try:
-        dataset = load_letor(args.data, n_features=args.n_features, zero_based=zero_based)
+        dataset = load_letor(args.data, n_features=args.n_features, zero_based=zero_based,
+                             regroup=args.regroup)
     except DataFormatError as err:
         if zero_based == "auto":
             raise

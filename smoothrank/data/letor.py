@@ -641,7 +641,8 @@ def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: n
                     raise DataFormatError(
                         f"{source}:{lines[starts[b]]}: qid {_show(q)} reappears after other queries "
                         f"(its earlier rows end at line {lines[end]}); rows of one query must be "
-                        "contiguous: sort the file by qid, or pass regroup=True")
+                        "contiguous: sort the file by qid, or pass regroup=True (--regroup of "
+                        "smoothrank predict and evaluate)")
                 regroup_needed = True
             else:
                 first_block[q] = b
