@@ -5,7 +5,9 @@ or with two library versions. Runs are matched by (dataset, fold, method, seed);
 prints the selected epoch (neural) or number of trees (GBDT) on each side and the largest absolute
 difference of the per-query test values over every stored metric. Exit status 0 when every run
 has its partner and every pair is identical (same selection, equal per-query test values), 1
-otherwise.
+otherwise, and 2 when there is nothing to compare (a folder that is not an output folder, a
+damaged result file, no finished run on either side), so that a script can tell a broken folder
+from a real difference.
 
     python experiments/run_diff.py OUT_A OUT_B [--ensembles]
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from smoothrank.errors import SmoothrankError
 from smoothrank.experiments import load_results
 
 Key = tuple[str, Any, str, Any]  # (dataset, fold, method, seed)
@@ -82,8 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     for out in (args.out_a, args.out_b):
         if not (out / "runs").is_dir():
             parser.error(f"{out}: no runs/ folder (not an output folder of `smoothrank experiment`)")
-    runs_a = index_runs(load_results(args.out_a, ensembles=args.ensembles))
-    runs_b = index_runs(load_results(args.out_b, ensembles=args.ensembles))
+    try:
+        runs_a = index_runs(load_results(args.out_a, ensembles=args.ensembles))
+        runs_b = index_runs(load_results(args.out_b, ensembles=args.ensembles))
+    except SmoothrankError as err:  # a damaged result.json, named by the reader
+        parser.error(str(err))
+    if not runs_a and not runs_b:
+        parser.error(f"no finished run in {args.out_a} or {args.out_b}: nothing to compare")
     table, same, total = diff_table(runs_a, runs_b)
     print(table)
     print(f"\n{same} of {total} run(s) identical (same selection, equal per-query test values)")

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -783,6 +784,19 @@ def test_a_method_missing_folds_is_marked_and_never_the_pick():
                            select_by="ndcg@10")
     assert "| partial (2 of 3 folds) |" in text and "| full |" in text
     assert "Sampling noise of the first row, `full`" in text
+
+
+def test_unreadable_scores_say_to_delete_the_folder(tmp_path):
+    # Deleting scores.npz alone leaves a GBDT run that cannot recompute them (no model is kept);
+    # a review found the hint led there. Deleting the run folder redoes the run.
+    from smoothrank.experiments.ensemble import read_scores
+
+    path = tmp_path / "runs" / "r1" / "scores.npz"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not an npz")
+    with pytest.raises(SmoothrankError, match=rf"unreadable scores .*; delete its folder "
+                                              rf"{re.escape(str(path.parent))} to redo that run"):
+        read_scores(path)
 
 
 def test_seeds_are_averaged_within_a_fold():

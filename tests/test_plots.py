@@ -90,6 +90,17 @@ def test_training_curves(tmp_path):
     (run / "metrics.jsonl").write_text('{"epoch": 1, "loss": 0.1}\nnot json\n')
     with pytest.raises(DataFormatError, match=r"metrics\.jsonl:2"):
         plots.training_curves(run, tmp_path / "bad.png")
+    # Valid JSON with values that are not numbers (a review found a traceback, or a silent figure).
+    for line, key in (('{"epoch": "a", "loss": 0.1}', "epoch"), ('{"epoch": 2, "loss": [1]}', "loss"),
+                      ('{"epoch": 2, "loss": 0.1, "best_epoch": "x"}', "best_epoch"),
+                      ('{"epoch": 2, "loss": 0.1, "valid_map": true}', "valid_map"),
+                      ('{"epoch": null, "loss": 0.1}', "epoch")):
+        (run / "metrics.jsonl").write_text('{"epoch": 1, "loss": 0.1}\n' + line + "\n")
+        with pytest.raises(DataFormatError, match=rf"metrics\.jsonl:2: '{key}' is .*, expected a number"):
+            plots.training_curves(run, tmp_path / "bad.png")
+    assert not (tmp_path / "bad.png").exists()
+    (run / "metrics.jsonl").write_text('{"epoch": 1, "loss": 0.1, "valid_map": null}\n')  # undefined metric
+    plots.training_curves(run, tmp_path / "ok.png")
 
 
 def _summary_csv(tmp_path: Path, dataset: str = "mq2008", convention: str = "letor4") -> Path:

@@ -75,6 +75,24 @@ def test_a_folder_without_runs_is_refused_by_name(run_diff, twice, tmp_path, cap
     assert f"{tmp_path / 'missing'}: no runs/ folder" in capsys.readouterr().err
 
 
+def test_a_damaged_result_or_no_run_at_all_is_exit_status_2_not_a_difference(run_diff, twice, tmp_path,
+                                                                               capsys):
+    # A review found a traceback and exit 1 (the status of a real difference) for a damaged file,
+    # and exit 0 ("identical") for two folders without a finished run.
+    a, _ = twice
+    broken = _copy(a, tmp_path / "broken")
+    damaged = next(broken.glob("runs/*/result.json"))
+    damaged.write_text("{")
+    with pytest.raises(SystemExit) as info:
+        run_diff.main([str(a), str(broken)])
+    assert info.value.code == 2 and f"{damaged}: not valid JSON" in capsys.readouterr().err
+    for name in ("empty_a", "empty_b"):
+        (tmp_path / name / "runs").mkdir(parents=True)
+    with pytest.raises(SystemExit) as info:
+        run_diff.main([str(tmp_path / "empty_a"), str(tmp_path / "empty_b")])
+    assert info.value.code == 2 and "nothing to compare" in capsys.readouterr().err
+
+
 def test_ensembles_without_seed_or_selection_are_compared_by_their_query_values(run_diff):
     def result(values, seed=None):
         return {"dataset": "d", "fold": 1, "method": "m+ens5", "seed": seed,

@@ -256,7 +256,9 @@ def read_scores(path: str | Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as data:
             return {name: np.asarray(data[name], dtype=np.float64) for name in data.files}
     except (OSError, ValueError) as err:
-        raise SmoothrankError(f"{path}: unreadable scores ({err}); delete it to recompute it") from None
+        # The folder, not the file: a GBDT run keeps no model to recompute its scores from.
+        raise SmoothrankError(f"{path}: unreadable scores ({err}); delete its folder {Path(path).parent} to "
+                              "redo that run (or ensemble)") from None
 
 
 def _rescore_neural(cell: Cell, run_dir: Path, splits: Mapping[str, Any],

@@ -244,6 +244,12 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise DataFormatError(f"{path}:{number}: not a JSON object ({err.msg})") from None
         if not isinstance(row, dict) or "epoch" not in row:
             raise DataFormatError(f"{path}:{number}: expected a JSON object with an 'epoch' key")
+        # The values drawn: numbers (or null for a metric a convention left undefined).
+        for key, value in row.items():
+            drawn = key in ("epoch", "loss", "best_epoch") or key.startswith(("valid_", "train_"))
+            number_like = isinstance(value, int | float) and not isinstance(value, bool)
+            if drawn and not (number_like or (value is None and key != "epoch")):
+                raise DataFormatError(f"{path}:{number}: {key!r} is {value!r}, expected a number")
         rows.append(row)
     if not rows:
         raise DataFormatError(f"{path}: no epochs logged yet")
