@@ -86,6 +86,8 @@ def test_load_splits_of_a_data_section(tmp_path, monkeypatch):
         datasets.load_splits({"train": "train.txt", "valid": "vali.txt"})
     with pytest.raises(SmoothrankError, match=r"^data\.train: /no/such\.txt does not exist$"):
         datasets.load_splits({"train": "/no/such.txt"})
+    with pytest.raises(SmoothrankError, match=r"^data\.valid: .* is a folder, not a LETOR file$"):
+        datasets.load_splits({"train": "train.txt", "valid": str(tmp_path)})
 
 
 def test_every_split_is_read_with_the_training_files_index_base(tmp_path):

@@ -121,6 +121,15 @@ def test_resume_after_injected_stop_matches_uninterrupted(small_letor, tmp_path)
             "schedule.step_size: 2 in the run, 50 now)") in str(info.value)
 
 
+def test_transform_columns_beyond_the_data_name_their_key_before_the_run_starts(small_letor, tmp_path):
+    steps = [{"name": "signed_log1p", "features": [3, 46]}]
+    config = make_config(small_letor, tmp_path / "wide", transforms=steps)
+    with pytest.raises(ConfigError, match=r"^transforms\.0\.features: column\(s\) \[46\] out of range for "
+                                          r"the training data's 46 features"):
+        train(config, quiet=True)
+    assert not (tmp_path / "wide").exists()
+
+
 def test_resume_of_a_run_interrupted_before_its_first_checkpoint_starts_it(small_letor, tmp_path):
     # Interrupted in epoch 1, a run directory holds config.yaml only; the CLI's advice after an
     # interruption is "--resume", which used to fail with "no checkpoint".

@@ -101,6 +101,8 @@ def test_options_that_would_be_ignored_are_refused():
                                "transforms": [{"name": "signed_log1p", "features": [0, 2]}, "standardize"]})
     assert config_from_dict(yaml.safe_load(dump_config(config))) == config
     assert config_from_dict(yaml.safe_load(dump_config(config_from_dict(MINIMAL)))).optimizer.momentum == 0
+    with pytest.raises(ConfigError, match=r"transforms\.0\.features\.0"):  # columns are 0-based
+        config_from_dict({**MINIMAL, "transforms": [{"name": "signed_log1p", "features": [-1]}]})
 
 
 def test_bad_files(tmp_path):

@@ -167,6 +167,8 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
 
 
 def _check_exists(path: Path, field: str) -> None:
+    if path.is_dir():  # e.g. data.train='' (the current folder) or a run folder by mistake
+        raise SmoothrankError(f"{field}: {path} is a folder, not a LETOR file")
     if path.exists():
         return
     where = "" if path.is_absolute() else f" (a relative path is read from {Path.cwd()})"

@@ -71,7 +71,8 @@ class TransformConfig(_Section):
     """One feature transform, fitted on the training split (``smoothrank.data.transforms``)."""
 
     name: Literal["standardize", "signed_log1p", "query_minmax"]
-    features: list[_Int] | None = None
+    #: 0-based columns (column j holds LETOR feature j + 1 of a one-based file)
+    features: list[Annotated[_Int, Field(ge=0)]] | None = None
 
     @model_validator(mode="after")
     def _features_only_where_used(self) -> TransformConfig:

@@ -415,6 +415,11 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
                               f"has {n_features}")
 
     _warn_unrankable(splits, config.evaluation.select_by)
+    for i, step in enumerate(config.transforms):
+        beyond = [j for j in step.features or [] if j >= n_features]
+        if beyond:
+            raise ConfigError(f"transforms.{i}.features: column(s) {beyond} out of range for the training "
+                              f"data's {n_features} features (0-based columns 0..{n_features - 1})")
     transform = build_transform(config)
     if transform is not None:
         transform.fit(splits["train"])
