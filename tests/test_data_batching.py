@@ -104,6 +104,16 @@ def test_softrank_sampling():
     batches = list(training_batches(ds, list_size=4, batch_size=2, seed_or_generator=0, sampling="softrank"))
     assert [b.query_index.tolist() for b in batches] == [[1]]  # query 0 has no relevant document
     assert batches[0].mask.sum().item() == 2
+    for bad in (2.5, -1, True, "3"):
+        with pytest.raises(SmoothrankError, match="softrank_max_extra: expected an integer >= 0"):
+            list(training_batches(ds, list_size=4, batch_size=2, seed_or_generator=0, sampling="softrank",
+                                  softrank_max_extra=bad))
+
+
+def test_query_minmax_works_in_float64_where_a_span_overflows_float32():
+    # -3e38 .. 3e38 is a span of 6e38, inf in float32: the transform gave NaN (and wrong values).
+    ds = Dataset.from_arrays(np.array([[-3e38], [3e38], [0.0]], np.float32), [0, 1, 0], ["a"] * 3)
+    np.testing.assert_allclose(QueryMinMax().fit_transform(ds).features.ravel(), [0.0, 1.0, 0.5])
 
 
 def test_evaluation_batches_bucketed_full_lists():

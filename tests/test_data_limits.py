@@ -178,6 +178,19 @@ def test_the_largest_float32_reads_back_and_only_overflow_is_refused(tmp_path, m
             load_letor(labelled, cache=False, allow_real_labels=True)
 
 
+def test_write_predictions_refuses_rows_of_several_files(tmp_path):
+    # concat_datasets keeps each part's line numbers: ordering by them interleaved the two files.
+    from smoothrank.data import concat_datasets, write_predictions
+
+    a = Dataset.from_arrays(np.zeros((2, 1)), np.array([0, 1.0]), ["a", "a"])
+    b = Dataset.from_arrays(np.zeros((2, 1)), np.array([0, 1.0]), ["b", "b"])
+    with pytest.raises(SmoothrankError, match=r"^dataset: .* repeats line numbers \(rows of several files\)"):
+        write_predictions(tmp_path / "p.txt", np.array([1.0, 2.0, 3.0, 4.0]), dataset=concat_datasets([a, b]))
+    assert not (tmp_path / "p.txt").exists()
+    write_predictions(tmp_path / "p.txt", np.array([1.0, 2.0, 3.0, 4.0]))  # row order
+    assert (tmp_path / "p.txt").read_text().split() == ["1.0", "2.0", "3.0", "4.0"]
+
+
 def test_write_letor_refuses_what_it_could_not_read_back(tmp_path):
     nan = Dataset(np.array([[1.0], [np.nan]], np.float32), np.zeros(2, np.float32), np.array(["q"]),
                   np.array(["a", "b"]), np.array([0, 2]), np.array([1, 2]), "mem")
@@ -186,6 +199,9 @@ def test_write_letor_refuses_what_it_could_not_read_back(tmp_path):
     hashed = Dataset.from_arrays(np.ones((2, 2), np.float32), np.zeros(2), ["q#1", "q#1"])
     with pytest.raises(SmoothrankError, match="qid 'q#1' contains '#'"):  # '#...' would read as a comment
         write_letor(tmp_path / "hash.txt", hashed)
+    spaced = Dataset.from_arrays(np.ones((1, 1), np.float32), np.zeros(1), ["q 1"])
+    with pytest.raises(SmoothrankError, match="qid 'q 1' is empty or contains whitespace; the file could"):
+        write_letor(tmp_path / "space.txt", spaced)
     assert not list(tmp_path.iterdir())
 
 

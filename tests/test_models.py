@@ -43,11 +43,17 @@ def test_padding_anywhere_does_not_change_real_scores(index):
     out = model(padded, mask)
     torch.testing.assert_close(out[0, positions], plain[0])
     assert torch.all(out[0, ~mask[0]] == 0)
+    # Padding may hold anything: NaN or inf there (a review found the ranker's real scores NaN).
+    for junk in (float("nan"), float("inf")):
+        padded[0, ~mask[0]] = junk
+        torch.testing.assert_close(model(padded, mask)[0, positions], plain[0])
 
 
 @pytest.mark.parametrize("index", range(4))
 def test_any_list_length_and_permutation_equivariance(index):
     model = _models()[index].double().eval()
+    empty = torch.randn(2, 0, 5, dtype=torch.float64)
+    assert model(empty, torch.zeros(2, 0, dtype=torch.bool)).shape == (2, 0)
     for length in (1, 3, 240, 301):
         x = torch.randn(2, length, 5, dtype=torch.float64)
         scores = model(x, torch.ones(2, length, dtype=torch.bool))
@@ -128,6 +134,34 @@ def test_reinitialize_resets_every_parameter():
         reinitialize(model)
         for name, p in model.named_parameters():
             assert not torch.equal(p, perturbed[name]), name
+
+
+def test_reinitialize_draws_as_construction_does():
+    # MultiheadAttention zeroes its biases after its out_proj Linear drew one; a parent-first reset
+    # (the order of modules()) left out_proj's bias random.
+    torch.manual_seed(0)
+    model = ContextAwareRanker(5, input_dim=8, n_blocks=2, hidden=16)
+    attention = [block.self_attn for block in model.encoder.layers]
+    assert all(torch.all(a.out_proj.bias == 0) and torch.all(a.in_proj_bias == 0) for a in attention)
+    with torch.no_grad():
+        for a in attention:
+            a.out_proj.bias.add_(1.0)
+    reinitialize(model)
+    assert all(torch.all(a.out_proj.bias == 0) and torch.all(a.in_proj_bias == 0) for a in attention)
+
+
+def test_batch_norm_scores_a_single_item_in_training_with_its_running_statistics():
+    # A training batch of one real document (a one-document query alone in the last batch) made
+    # BatchNorm1d raise "Expected more than 1 value per channel" from deep inside the trainer.
+    torch.manual_seed(0)
+    model = MLPScorer(5, hidden=(6,), norm="batch").train()
+    x = torch.randn(1, 3, 5)
+    mask = torch.tensor([[False, True, False]])
+    out = model(x, mask)
+    torch.testing.assert_close(out, model.eval()(x, mask))  # the running statistics, as in eval
+    assert model.train()(x, mask).requires_grad and model.net[1].training  # left in training mode
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
 def test_build_model_from_a_partial_dict_uses_the_defaults():

@@ -130,6 +130,19 @@ def test_transform_columns_beyond_the_data_name_their_key_before_the_run_starts(
     assert not (tmp_path / "wide").exists()
 
 
+def test_early_stopping_without_a_validation_split_is_said_and_the_summary_is_honest(small_letor, tmp_path):
+    from smoothrank.datasets import load_splits
+    from smoothrank.training.trainer import TrainingWarning
+
+    config = make_config(small_letor, tmp_path / "nv", training={"epochs": 3, "early_stopping_patience": 1})
+    splits = load_splits({"train": str(small_letor["train"])})
+    with pytest.warns(TrainingWarning, match=r"training\.early_stopping_patience: there is no validation"):
+        result = train(config, quiet=True, splits=splits)
+    assert len(result.history) == 3 and result.best_epoch == 3
+    summary = json.loads((tmp_path / "nv" / SUMMARY_FILE).read_text())
+    assert summary["selected_by"] == "last epoch (no validation split)"
+
+
 def test_resume_of_a_run_interrupted_before_its_first_checkpoint_starts_it(small_letor, tmp_path):
     # Interrupted in epoch 1, a run directory holds config.yaml only; the CLI's advice after an
     # interruption is "--resume", which used to fail with "no checkpoint".
@@ -299,7 +312,10 @@ def test_bad_device_is_a_config_error(small_letor, tmp_path):
 def test_without_validation_the_last_epoch_is_kept(small_letor, tmp_path):
     letor = {"train": small_letor["train"], "test": small_letor["test"]}
     config = make_config(letor, tmp_path / "noval", training={"epochs": 3, "early_stopping_patience": 1})
-    result = train(config, quiet=True)
+    from smoothrank.training.trainer import TrainingWarning
+
+    with pytest.warns(TrainingWarning, match="early_stopping_patience"):  # nothing to stop on
+        result = train(config, quiet=True)
     assert result.best_epoch == 3 and len(result.history) == 3 and result.valid_metrics == {}
     assert set(result.test_metrics) == {"ndcg@3", "ndcg@10", "map"}
     assert not any(key.startswith("valid") for row in result.history for key in row)

@@ -128,7 +128,8 @@ def training_batches(
 
     ``sampling="softrank"`` first applies :func:`softrank_sample` (all relevant documents plus
     random irrelevant ones up to that count or ``softrank_max_extra``); queries without a
-    relevant document then have no document left and are skipped.
+    relevant document then have no document left and are skipped. The sample is then held to
+    ``list_size`` like any list: with more relevant documents than ``list_size``, some are left out.
 
     All randomness comes from ``seed_or_generator`` (an int seed, a NumPy or torch generator).
     """
@@ -138,8 +139,9 @@ def training_batches(
         raise SmoothrankError(f"sampling: expected one of {SAMPLINGS}, got {sampling!r}")
     if pad not in PADDINGS:
         raise SmoothrankError(f"pad: expected one of {PADDINGS}, got {pad!r}")
-    if softrank_max_extra < 0:
-        raise SmoothrankError(f"softrank_max_extra: expected >= 0, got {softrank_max_extra!r}")
+    if (isinstance(softrank_max_extra, bool) or not isinstance(softrank_max_extra, int | np.integer)
+            or softrank_max_extra < 0):
+        raise SmoothrankError(f"softrank_max_extra: expected an integer >= 0, got {softrank_max_extra!r}")
     rng = as_generator(seed_or_generator)
     order = rng.permutation(dataset.n_queries) if shuffle else np.arange(dataset.n_queries)
     queries: list[int] = []

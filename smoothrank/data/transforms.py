@@ -107,12 +107,12 @@ class QueryMinMax(Transform):
     """
 
     def transform(self, dataset: Dataset) -> Dataset:
-        x = dataset.features
+        x = dataset.features.astype(np.float64)  # a span of two float32 values can overflow float32
         starts = dataset.offsets[:-1]
         lo = np.minimum.reduceat(x, starts, axis=0)
         hi = np.maximum.reduceat(x, starts, axis=0)
         q = dataset.query_of_row()
-        span = (hi - lo).astype(np.float64)
+        span = hi - lo
         scale = np.where(span > 0, span, 1.0)
         out = (x - lo[q]) / scale[q]
         return dataset.with_features(out.astype(np.float32))

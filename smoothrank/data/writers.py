@@ -51,14 +51,21 @@ def write_predictions(path: str | os.PathLike[str], scores: object, *,
     """
     array = _scores_array(scores, dataset.n_docs if dataset is not None else None)
     if dataset is not None:
-        array = array[np.argsort(dataset.line_numbers, kind="stable")]
+        lines = np.asarray(dataset.line_numbers)
+        if np.unique(lines).shape[0] != lines.shape[0]:
+            # concat_datasets keeps each part's own line numbers: no single file's order exists.
+            raise SmoothrankError(f"dataset: {dataset.source} repeats line numbers (rows of several files): "
+                                  "write each file's scores with its own dataset, or pass dataset=None for "
+                                  "the row order")
+        array = array[np.argsort(lines, kind="stable")]
     with atomic_writer(path) as handle:
         handle.write("".join(s + "\n" for s in _format(array)).encode())
 
 
 def _check_token(value: str, what: str) -> None:
     if not value or _WHITESPACE.search(value):
-        raise SmoothrankError(f"{what} {value!r} is empty or contains whitespace; TREC files cannot hold it")
+        # LETOR and TREC lines are split on whitespace: such a token would not read back.
+        raise SmoothrankError(f"{what} {value!r} is empty or contains whitespace; the file could not hold it")
 
 
 def _check_unique_docs(dataset: Dataset) -> None:

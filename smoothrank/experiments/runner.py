@@ -184,6 +184,7 @@ def _run_neural(cell: Cell, run_dir: Path, *,
         merged = _refit_training_set(splits)
         refit_dict = copy.deepcopy(cell.settings["config"])
         refit_dict["training"]["epochs"] = result.best_epoch
+        refit_dict["training"]["early_stopping_patience"] = None  # no validation split: the epochs are fixed
         refit_config = config_from_dict(refit_dict, source=f"refit of run {cell.run_id}", probe_loss=False)
         refit_dir = run_dir / "refit"
         train(refit_config, run_dir=refit_dir, resume=(refit_dir / "checkpoint.pt").is_file(), quiet=quiet,

@@ -84,8 +84,22 @@ class _PerItemScorer(nn.Module):
         real = features[mask]
         if real.shape[0] > 0:
             # index_put keeps the graph; the padded positions stay exactly 0.
-            scores = scores.index_put((mask,), self.net(real).squeeze(-1))
+            scores = scores.index_put((mask,), self._net(real).squeeze(-1))
         return scores
+
+    def _net(self, real: Tensor) -> Tensor:
+        """``self.net(real)``; a single item in training normalises with the running statistics of its
+        batch norms (one value has no batch variance: torch would raise), as in eval mode."""
+        norms = [m for m in self.net.modules() if isinstance(m, nn.BatchNorm1d) and m.training]
+        if real.shape[0] > 1 or not norms:
+            return self.net(real)
+        for m in norms:
+            m.eval()
+        try:
+            return self.net(real)
+        finally:
+            for m in norms:
+                m.train()
 
 
 class LinearScorer(_PerItemScorer):
@@ -177,6 +191,10 @@ class ContextAwareRanker(nn.Module):
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = _check_inputs(features, mask, self.n_features)
+        if features.shape[1] == 0:  # an empty list: nothing to score (the attention cannot reshape it)
+            return features.new_zeros(features.shape[:2])
+        # Padding may hold anything (NaN, inf): a zero attention weight times NaN is still NaN.
+        features = features.masked_fill(~mask.unsqueeze(-1), 0.0)
         # A row with no real item would make every attention weight NaN (softmax over -inf);
         # let such rows attend to themselves; their scores are zeroed below anyway.
         attend = mask | ~mask.any(dim=1, keepdim=True)
@@ -219,7 +237,9 @@ def reinitialize(model: nn.Module) -> None:
     Used by the SoftRank protocol (Taylor et al. 2008, section 4.5): weights are re-initialised
     after 16 epochs without improvement of the training NDCG@10.
     """
-    for module in model.modules():
+    # Children first, then their parents, as construction does: a MultiheadAttention resets its
+    # out_proj's bias to 0 after the Linear drew it.
+    for module in reversed(list(model.modules())):
         reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
         if callable(reset) and module is not model:
             reset()

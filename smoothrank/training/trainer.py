@@ -415,6 +415,9 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
                               f"has {n_features}")
 
     _warn_unrankable(splits, config.evaluation.select_by)
+    if "valid" not in splits and config.training.early_stopping_patience is not None:
+        warnings.warn("training.early_stopping_patience: there is no validation split (data.valid) to stop "
+                      "on, so every epoch runs and the last one is kept", TrainingWarning, stacklevel=2)
     for i, step in enumerate(config.transforms):
         beyond = [j for j in step.features or [] if j >= n_features]
         if beyond:
@@ -566,7 +569,8 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
         save_model(run_path / MODEL_FILE, model, config=config, n_features=n_features,
                    transform_state=transform.state_dict() if transform is not None else None,
                    metadata={"best_epoch": best_epoch, "valid": valid_metrics}, index_base=index_base)
-        summary = {"best_epoch": best_epoch, "epochs_run": len(history), "selected_by": f"valid_{select}",
+        selected_by = f"valid_{select}" if valid_set is not None else "last epoch (no validation split)"
+        summary = {"best_epoch": best_epoch, "epochs_run": len(history), "selected_by": selected_by,
                    "convention": config.evaluation.convention, "valid": valid_metrics, "test": test_metrics}
         atomic_write_text(run_path / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
         return TrainResult(model=model, best_epoch=best_epoch, best_value=best_value, history=history,
