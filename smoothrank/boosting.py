@@ -36,7 +36,10 @@ gradient's.
 
 A query whose loss does not depend on its scores (no relevant document under an NDCG loss, or
 all labels equal) gets a zero gradient *and* a zero Hessian, so it neither pulls a leaf nor
-dilutes it, as in LambdaMART. Row weights (LightGBM's ``weight``, XGBoost's ``weight``)
+dilutes it, as in LambdaMART. Under the NDCG losses (:data:`NDCG_LOSSES`) a query whose labels
+are all equal is such a query even where the surrogate still moves with the scores (NeuralNDCG by
+Sinkhorn's residual, about 1e-6; ApproxNDCG and SoftNDCG by their smoothing): the metric they
+stand for is constant there. Row weights (LightGBM's ``weight``, XGBoost's ``weight``)
 multiply both.
 
 Three adapters wrap :func:`boosting_gradients` in the calling convention each library expects
@@ -100,6 +103,11 @@ def _bind(loss: str | Callable[..., Any], options: dict[str, Any]) -> Callable[.
     return loss
 
 
+#: Losses smoothing NDCG (or its pairs), constant on a query whose labels are all equal.
+NDCG_LOSSES = frozenset({"neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "soft_ndcg", "lambda_rank",
+                         "rank_net"})
+
+
 def _loss_name(loss: Callable[..., Any]) -> str:
     return str(getattr(loss, "loss_name", getattr(loss, "__name__", "the loss")))
 
@@ -131,8 +139,9 @@ def _sizes(group_sizes: Any, n_docs: int) -> np.ndarray:
 
 def _check_min_hessian(min_hessian: Any) -> None:
     """Raise :class:`SmoothrankError` naming ``min_hessian`` unless it is a positive finite number."""
-    if not (isinstance(min_hessian, (int, float)) and not isinstance(min_hessian, bool)
-            and 0 < min_hessian < float("inf")):
+    kinds = int | float | np.integer | np.floating
+    number = not isinstance(min_hessian, bool) and isinstance(min_hessian, kinds)
+    if not (number and 0 < min_hessian < float("inf")):
         raise SmoothrankError(f"min_hessian: expected a positive finite number, got {min_hessian!r}")
 
 
@@ -149,7 +158,8 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
         (``smoothrank.losses.get(...)``, or any ``fn(scores, labels, *, mask, reduction)``)
     scores, labels : flat arrays, one value per document; a query's documents are contiguous
     group_sizes : the number of documents of each query, in order (LightGBM's ``group``)
-    weights : optional per-document weights multiplying the gradient and the Hessian
+    weights : optional per-document weights multiplying the gradient and the Hessian (taken as
+        given, as LightGBM takes them: a negative weight gives a negative Hessian)
     hessian : ``"constant"`` (1 for every document of a query the loss depends on),
         ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; needs a twice-differentiable loss)
         or ``"curvature"`` (the query's curvature along its gradient, floored at ``min_hessian``,
@@ -168,7 +178,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     if hessian not in HESSIANS:
         raise SmoothrankError(f"hessian: expected one of {HESSIANS}, got {hessian!r}")
     _check_min_hessian(min_hessian)
-    if not isinstance(chunk_items, int) or isinstance(chunk_items, bool) or chunk_items < 1:
+    if not isinstance(chunk_items, int | np.integer) or isinstance(chunk_items, bool) or chunk_items < 1:
         raise SmoothrankError(f"chunk_items: expected a positive integer, got {chunk_items!r}")
     s = _flat(scores, "scores")
     y = _flat(labels, "labels", s.shape[0])
@@ -177,6 +187,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     offsets = np.concatenate(([0], np.cumsum(sizes)))
     grad, hess = np.zeros_like(s), np.zeros_like(s)
     flat_queries = live_queries = 0
+    ndcg_like = _loss_name(fn) in NDCG_LOSSES
     for group in length_buckets(sizes, max_items=chunk_items):
         queries = np.asarray(group)
         width = int(sizes[queries].max())
@@ -188,13 +199,16 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
         y_b = torch.as_tensor(y[rows], dtype=dtype, device=device)
         g_b, h_b = _batch_grad_hess(fn, s_b, y_b, mask, hessian)
         g_np = g_b.detach().to("cpu", torch.float64).numpy()
+        # Equal labels under an NDCG loss: NDCG is constant, whatever residual the surrogate leaves.
+        tied = ndcg_like & ((y[rows] == y[rows][:, :1]) | ~mask_np).all(-1, keepdims=True)
+        g_np = np.where(tied, 0.0, g_np)
         # A query whose loss ignores its scores gets no Hessian either (LambdaMART's convention).
         live = (g_np != 0).any(-1, keepdims=True)
         if h_b is None:
             h_np = np.where(live, np.ones_like(g_np), 0.0)
         else:
             diag = np.abs(h_b.detach().to("cpu", torch.float64).numpy())
-            live |= (diag != 0).any(-1, keepdims=True)
+            live |= (diag != 0).any(-1, keepdims=True) & ~tied
             h_np = np.where(live, np.maximum(diag, min_hessian), 0.0)
             if hessian == "curvature":
                 flat_queries += int((live[:, 0] & (diag[:, 0] < min_hessian)).sum())
@@ -343,19 +357,40 @@ def lgbm_ranker_objective(loss: str | Callable[..., Any], *, hessian: str = "con
     """``fn(y_true, y_pred, weight, group)`` for ``lightgbm.LGBMRanker(objective=fn)``.
 
     The four positional parameters are deliberate: LightGBM's scikit-learn wrapper passes ``group``
-    to a custom objective only when it has exactly four (PITFALLS 19).
+    to a custom objective only when it has exactly four (PITFALLS 19). The objective is an
+    estimator parameter, so it pickles (``pickle``, ``joblib``, a parallel ``GridSearchCV``) when
+    the loss is given by name: it keeps the name and options and binds the loss again on loading.
     """
-    fn = _bind(loss, options)
-    check_objective(fn, hessian=hessian, min_hessian=min_hessian)
+    return _RankerObjective(loss, options, hessian=hessian, min_hessian=min_hessian, dtype=dtype,
+                            device=device)
 
-    def objective(y_true: np.ndarray, y_pred: np.ndarray, weight: Any, group: Any
-                  ) -> tuple[np.ndarray, np.ndarray]:
+
+class _RankerObjective:
+    """The callable :func:`lgbm_ranker_objective` returns (a class, not a closure: picklable)."""
+
+    def __init__(self, loss: str | Callable[..., Any], options: dict[str, Any], *, hessian: str,
+                 min_hessian: float, dtype: torch.dtype, device: str | torch.device | None) -> None:
+        self.loss, self.options = loss, dict(options)
+        self.hessian, self.min_hessian, self.dtype, self.device = hessian, min_hessian, dtype, device
+        self._fn = _bind(loss, self.options)
+        check_objective(self._fn, hessian=hessian, min_hessian=min_hessian)
+
+    def __call__(self, y_true: np.ndarray, y_pred: np.ndarray, weight: Any, group: Any
+                 ) -> tuple[np.ndarray, np.ndarray]:
         if group is None:
             raise SmoothrankError("LGBMRanker objective: no group (query sizes) was passed to fit()")
-        return boosting_gradients(fn, y_pred, y_true, group, weights=weight, hessian=hessian,
-                                  min_hessian=min_hessian, dtype=dtype, device=device)
+        return boosting_gradients(self._fn, y_pred, y_true, group, weights=weight, hessian=self.hessian,
+                                  min_hessian=self.min_hessian, dtype=self.dtype, device=self.device)
 
-    return objective
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_fn"}  # a bound loss is a closure
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._fn = _bind(self.loss, self.options)
+
+    def __repr__(self) -> str:
+        return f"lgbm_ranker_objective({self.loss!r}, hessian={self.hessian!r})"
 
 
 def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
@@ -365,9 +400,11 @@ def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constan
     """``fn(preds, dtrain) -> (grad, hess)`` for ``xgboost.train(params, dtrain, obj=fn)``.
 
     The query boundaries come from the ``DMatrix``'s ``qid`` (or ``group``), its rows sorted by
-    query as XGBoost requires; labels from its ``label``, and weights from its ``weight`` (one per
-    query, as XGBoost's ranking objectives take them, or one per row). Give the booster
-    ``base_score: 0`` so that every list starts tied at 0 and the intercept does not move.
+    query as XGBoost requires; labels from its ``label``, and weights from its ``weight``: one per
+    query (XGBoost refuses one per row on a ranking ``DMatrix``), rescaled to a mean of 1 as
+    XGBoost's own ranking objectives do, so that ``rank:ndcg`` is reproduced with weights too and a
+    common factor of the weights changes nothing. Give the booster ``base_score: 0`` so that every
+    list starts tied at 0 and the intercept does not move.
     """
     fn = _bind(loss, options)
     check_objective(fn, hessian=hessian, min_hessian=min_hessian)
@@ -378,8 +415,16 @@ def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constan
             raise SmoothrankError("xgboost objective: the DMatrix has no qid or group (query boundaries)")
         sizes = np.diff(ptr)
         weight = np.asarray(dtrain.get_weight(), dtype=np.float64)
-        if weight.size == sizes.size:  # XGBoost's ranking weights are one per query
-            weight = np.repeat(weight, sizes)
+        if weight.size:
+            if weight.size != sizes.size:
+                raise SmoothrankError(f"xgboost objective: {weight.size} weights for {sizes.size} queries; "
+                                      "XGBoost's ranking weights are one per query")
+            total = weight.sum()
+            if not total > 0:
+                raise SmoothrankError("xgboost objective: the query weights sum to "
+                                      f"{total:g}; they must be >= 0 with a positive sum")
+            # XGBoost's lambdarank multiplies each query's weight by n_queries / sum(weights).
+            weight = np.repeat(weight * (sizes.size / total), sizes)
         return boosting_gradients(fn, preds, dtrain.get_label(), sizes,
                                   weights=weight if weight.size else None, hessian=hessian,
                                   min_hessian=min_hessian, dtype=dtype, device=device)

@@ -212,6 +212,22 @@ def test_a_query_without_a_relevant_document_neither_pulls_nor_dilutes_a_leaf(pr
         assert (hess[:5] > 0).all()
 
 
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "soft_ndcg",
+                                  "lambda_rank"])
+def test_a_query_of_equal_labels_neither_pulls_nor_dilutes_a_leaf_under_an_ndcg_loss(name):
+    # NDCG is constant there; NeuralNDCG left Sinkhorn's residual (1e-6) and a Hessian of 1 (a
+    # review found it), ApproxNDCG and SoftNDCG their smoothing's gradient.
+    scores = np.array([0.3, -0.2, 1.0, 0.5, 0.1] * 2)
+    labels = np.array([2, 2, 2, 2, 2, 2, 0, 1, 0, 0], dtype=float)
+    for hessian in ("constant", "curvature"):
+        grad, hess = boosting_gradients(name, scores, labels, [5, 5], hessian=hessian)
+        assert not grad[:5].any() and not hess[:5].any()
+        assert grad[5:].any() and (hess[5:] > 0).all()
+    # A loss that is not an NDCG surrogate still learns from such a query (ListNet: equal scores).
+    grad, _ = boosting_gradients("list_net", scores, labels, [5, 5])
+    assert grad[:5].any()
+
+
 def test_weights_batches_and_dtype_do_not_change_the_result_beyond_scaling(problem):
     scores, labels = problem
     grad, hess = boosting_gradients("neural_ndcg", scores, labels, SIZES)
@@ -320,6 +336,23 @@ def test_lgbm_ranker_gets_the_query_sizes_through_four_positional_parameters(mq2
     np.testing.assert_allclose(ranker.predict(features), expected, atol=1e-4 * np.abs(expected).max())
 
 
+def test_an_lgbm_ranker_with_a_smoothrank_objective_pickles(mq2008_part):
+    # The objective is an estimator parameter: a closure made pickle, joblib and parallel
+    # GridSearchCV fail (a review found it).
+    import pickle
+
+    lgb = pytest.importorskip("lightgbm")
+    features, labels, sizes = mq2008_part
+    trees = {k: v for k, v in TREES.items() if k != "seed"}
+    ranker = lgb.LGBMRanker(objective=lgbm_ranker_objective("list_net", hessian="curvature"), n_estimators=3,
+                            random_state=0, **trees)
+    ranker.fit(features, labels, group=sizes)
+    loaded = pickle.loads(pickle.dumps(ranker))
+    np.testing.assert_array_equal(loaded.predict(features), ranker.predict(features))
+    loaded.fit(features, labels, group=sizes)  # the objective is bound again on loading
+    np.testing.assert_array_equal(loaded.predict(features), ranker.predict(features))
+
+
 def test_lambda_rank_is_xgboosts_rank_ndcg_whose_pair_hessian_is_doubled(mq2008_part):
     # XGBoost refuses callables in XGBRanker (PITFALLS 19): the objective goes to xgboost.train(obj=).
     xgb = pytest.importorskip("xgboost")
@@ -341,6 +374,17 @@ def test_lambda_rank_is_xgboosts_rank_ndcg_whose_pair_hessian_is_doubled(mq2008_
     expected = builtin.predict(data, output_margin=True)
     np.testing.assert_allclose(ours.predict(data, output_margin=True), expected,
                                atol=1e-5 * np.abs(expected).max())
+    # With query weights too: XGBoost rescales them to a mean of 1, so a common factor changes nothing.
+    weights = np.random.default_rng(0).uniform(0.2, 3.0, size=sizes.shape[0])
+    for factor in (1.0, 4.0):
+        data.set_weight(weights * factor)
+        builtin = xgb.train({**trees, "objective": "rank:ndcg", "lambdarank_pair_method": "topk",
+                             "lambdarank_num_pair_per_sample": 10_000, "lambdarank_normalization": False,
+                             "lambdarank_score_normalization": False}, data, num_boost_round=10)
+        ours = xgb.train({**trees, "objective": "reg:squarederror"}, data, num_boost_round=10, obj=doubled)
+        expected = builtin.predict(data, output_margin=True)
+        np.testing.assert_allclose(ours.predict(data, output_margin=True), expected,
+                                   atol=1e-5 * np.abs(expected).max())
 
 
 def test_the_adapters_hand_the_library_what_boosting_gradients_computes(mq2008_part):
@@ -359,8 +403,9 @@ def test_the_adapters_hand_the_library_what_boosting_gradients_computes(mq2008_p
     xgb_data = xgb.DMatrix(features, label=labels, qid=np.repeat(np.arange(sizes.shape[0]), sizes),
                            weight=query_weights)
     got = xgboost_objective("neural_ndcg", k=5)(scores, xgb_data)
-    np.testing.assert_allclose(got[0], expected[0] * weights)
-    np.testing.assert_allclose(got[1], expected[1] * weights)
+    mean_one = weights / query_weights.mean()  # rescaled to a mean of 1 over the queries, as XGBoost does
+    np.testing.assert_allclose(got[0], expected[0] * mean_one)
+    np.testing.assert_allclose(got[1], expected[1] * mean_one)
 
 
 def test_an_adapter_refuses_bad_options_when_made_and_missing_groups_when_called():
@@ -428,6 +473,32 @@ def test_fit_gbdt_boosts_a_smoothrank_loss_selected_on_validation(letor_files, l
     assert ndcg5(fitted.predict(valid)) == pytest.approx(max(curve))  # the selected round is the best one
     # the label is a noisy threshold of feature 1: the boosted ranking must beat its reverse by far
     assert ndcg5(fitted.predict(test), test) > ndcg5(-test.features[:, 0], test) + 0.2
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"num_threads": 0}, "num_threads: expected a positive integer"),
+    ({"num_threads": "2"}, "num_threads: expected a positive integer"),
+    ({"eval_at": 2.5}, "eval_at: expected a positive integer"),
+    ({"num_boost_round": "10"}, "num_boost_round: expected a positive integer"),
+    ({"num_boost_round": True}, "num_boost_round: expected a positive integer"),
+    ({"params": [("a", 1)]}, "params: expected a mapping"),
+    ({"params": {"label_gain": 5}}, "params.label_gain: expected a list of gains"),
+    ({"select": lambda scores: float("nan")}, "select: returned nan"),
+])
+def test_fit_gbdt_names_bad_arguments(letor_files, kwargs, message):
+    # A review found these accepted silently (all cores for num_threads=0, ndcg@2.5), or failing deep
+    # inside (TypeError from label_gain: 5, after the spec check had passed it).
+    from smoothrank.data import load_letor
+    from smoothrank.errors import ConfigError
+    from smoothrank.experiments.gbdt import check_gbdt, fit_gbdt
+
+    train = load_letor(letor_files / "train.txt")
+    with pytest.raises(ConfigError, match=message):
+        fit_gbdt(train, train, library="lightgbm", objective="lambdarank", **{"num_boost_round": 3, **kwargs})
+    with pytest.raises(ConfigError, match=r"gbdt\.params\.label_gain"):
+        check_gbdt("lightgbm", "lambdarank", {"label_gain": 5})
+    check_gbdt("lightgbm", "lambdarank", {"label_gain": [0, 1, 3]})
+    check_gbdt("lightgbm", "lambdarank", {"label_gain": "0,1,3"})
 
 
 def test_a_boosted_loss_that_draws_is_the_same_for_a_seed_and_leaves_the_global_generator(letor_files):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import math
 import os
 import re
 import sys
@@ -119,6 +120,8 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
         raise ConfigError(f"{where}.{key}: only for a smoothrank loss as the objective, not {library}'s "
                           f"own {objective!r}")
     params = dict(params or {})
+    if library == "lightgbm":
+        _check_label_gain(params, where)
     clash = [_named(library, key) for key in params if reserved_param(library, key) is not None]
     if clash:
         raise ConfigError(f"{where}.params: {clash} are set by the harness (use the spec's num_boost_round, "
@@ -421,6 +424,36 @@ def check_seed(library: str, seed: Any) -> None:
                           f"smaller one), got {seed!r}")
 
 
+def _selected(select: Callable[[np.ndarray], float], preds: Any) -> float:
+    """``select(preds)`` as a float; NaN or inf is an error (a library would skip or pick it silently)."""
+    value = float(select(np.asarray(preds, dtype=np.float64)))
+    if not math.isfinite(value):
+        raise ConfigError(f"select: returned {value} for the validation scores; it must give a finite number "
+                          "(higher is better)")
+    return value
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _check_label_gain(params: Mapping[str, Any], where: str) -> None:
+    """LightGBM's ``label_gain``: a list of gains >= 0 (or their comma-separated text), one per label."""
+    gains = params.get("label_gain")
+    if gains is None:
+        return
+    try:
+        values = [float(g) for g in (gains.split(",") if isinstance(gains, str) else gains)]
+    except (TypeError, ValueError):
+        values = None
+    if (isinstance(gains, bool | int | float) or not values
+            or not all(math.isfinite(v) and v >= 0 for v in values)):
+        raise ConfigError(f"{where}.params.label_gain: expected a list of gains >= 0, one per label "
+                          f"(e.g. [0, 1, 3, 7]), got {gains!r}")
+
+
 def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
              params: Mapping[str, Any] | None = None, num_boost_round: int = 500,
              early_stopping_rounds: int | None = 50, eval_at: int = 10, seed: int = 0,
@@ -446,10 +479,12 @@ def fit_gbdt(train: Any, valid: Any | None, *, library: str, objective: str,
     check_gbdt(library, objective, params, probe=False, loss_options=loss_options, hessian=hessian,
                min_hessian=min_hessian)
     check_seed(library, seed)
-    if num_boost_round < 1:
-        raise ConfigError(f"num_boost_round: expected >= 1, got {num_boost_round}")
-    if early_stopping_rounds is not None and early_stopping_rounds < 1:
-        raise ConfigError(f"early_stopping_rounds: expected >= 1 or null, got {early_stopping_rounds}")
+    if params is not None and not isinstance(params, Mapping):
+        raise ConfigError(f"params: expected a mapping of booster parameters, got {type(params).__name__}")
+    num_boost_round = _positive_int(num_boost_round, "num_boost_round")
+    if early_stopping_rounds is not None:
+        early_stopping_rounds = _positive_int(early_stopping_rounds, "early_stopping_rounds")
+    eval_at, num_threads = _positive_int(eval_at, "eval_at"), _positive_int(num_threads, "num_threads")
     # The gain table bounds the labels of the library's own objectives and NDCG metric; a smoothrank
     # loss objective selected by ``select`` uses neither.
     if not (is_loss_objective(library, objective) and (select is not None or valid is None)):
@@ -510,7 +545,7 @@ def _fit_lightgbm(lgb: Any, train: Any, valid: Any | None, *, objective: str, pa
         full["metric"] = "None"  # only the custom criterion, so early stopping watches it
 
         def feval(preds: np.ndarray, _data: Any) -> tuple[str, float, bool]:
-            return select_name, float(select(np.asarray(preds, dtype=np.float64))), True
+            return select_name, _selected(select, preds), True
 
         key = select_name
     # Labels are within the label_gain table (checked by _check_labels above).
@@ -548,7 +583,7 @@ def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, par
         full["disable_default_eval_metric"] = 1
 
         def metric(preds: np.ndarray, _data: Any) -> tuple[str, float]:
-            return select_name, float(select(np.asarray(preds, dtype=np.float64)))
+            return select_name, _selected(select, preds)
 
         key = select_name
     # qid per row; rows of a query are contiguous and queries ascending, as XGBoost requires.
