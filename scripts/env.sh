@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or refreshes) the project's virtual environment in .venv.
-# Usage: source scripts/env.sh [extras]   e.g. "test" or "" (runtime only)
+# Usage: bash scripts/env.sh [extras]   e.g. "test" or "" (runtime only); scripts/demo and scripts/test
+# source it. It sets -euo pipefail: do not source it in an interactive shell (use .venv/bin/activate).
 # Re-installs only when pyproject.toml or the extras change (a stamp file records both).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

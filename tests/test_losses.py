@@ -481,6 +481,7 @@ def test_registry() -> None:
     ("rank_net", {"sigma": float("nan")}, "sigma"),
     ("lambda_rank", {"discount": "cubic"}, "discount"),
     ("list_mle", {"generator": "x"}, "generator"),
+    ("neural_ndcg", {"generator": "x"}, "generator"),  # checked even when it does not draw
     ("rmse", {"n_levels": 0}, "n_levels"),
     # Found by a review on 2026-11-24: these failed inside float()/int() or were silently accepted.
     ("soft_ndcg", {"sinkhorn": True, "max_iter": None}, "max_iter"),

@@ -158,11 +158,12 @@ def test_finite_on_degenerate_inputs(method: str, sigma: float) -> None:
 
 def test_batch_without_relevant_documents_still_backpropagates() -> None:
     """PITFALLS 3: a graph is kept even when every query is uninformative."""
-    scores = torch.randn(2, 5, requires_grad=True)
-    loss = soft_ndcg(scores, torch.zeros(2, 5))
-    assert float(loss.detach()) == 0.0
-    loss.backward()
-    assert float(scores.grad.abs().sum()) == 0.0
+    for reduction in ("mean", "sum", "none"):
+        scores = torch.randn(2, 5, requires_grad=True)
+        loss = soft_ndcg(scores, torch.zeros(2, 5), reduction=reduction)
+        assert torch.all(loss.detach() == 0.0)
+        loss.sum().backward()
+        assert float(scores.grad.abs().sum()) == 0.0
 
 
 def test_descent_improves_the_ranking() -> None:

@@ -48,6 +48,7 @@ def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, tempera
                  transposed: bool) -> Tensor:
     k = _check_options(temperature, k, sinkhorn, stochastic, n_samples, beta, max_iter, tol, gain, discount,
                        reduction)
+    generator = check_generator(generator)  # checked whether or not it draws: a typo is never ignored
     scores, labels, mask = C.check_inputs(scores, labels, mask)
     g = C.real_gains(labels, mask, gain)
     disc = C.rank_discounts(mask, discount, k, scores.dtype)
@@ -60,7 +61,7 @@ def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, tempera
         # Sample-major (sample, batch) layout, flattened; masks, gains and discounts are expanded
         # in the same layout so that every sample of query b uses query b's padding.
         perturbed = sorting.gumbel_perturb(scores, n_samples=s_count, beta=float(beta),
-                                           generator=check_generator(generator), mask=mask)
+                                           generator=generator, mask=mask)
 
         def expand(x: Tensor) -> Tensor:
             return x.unsqueeze(0).expand(s_count, *x.shape).reshape(s_count * b, n)
