@@ -147,6 +147,34 @@ def test_refit_resumes_and_reports(both_runs, letor_files, tmp_path, capsys):
     assert "Refit: after selection, every run was retrained" in (refit_out / "summary.md").read_text()
 
 
+def test_a_learned_blend_refuses_the_test_file_as_validation(letor_files):
+    # A review found the weights fit on the test queries without a word (refit was refused already).
+    members = ["neural_ndcg-linear", "lightgbm-lambdarank"]
+    data = _spec(letor_files, blends=[{"label": "stack", "members": members, "weights": "learned"}])
+    data["datasets"][0]["valid"] = data["datasets"][0]["test"]
+    assert_spec_problems(data, ["blends: datasets.0 (syn) uses its test file as the validation split; a "
+                                "learned blend would fit its weights on the test queries"])
+
+
+def test_a_refit_run_without_scores_is_rescored_from_its_refit_model(both_runs, letor_files, tmp_path):
+    # Runs finished before runs kept scores.npz are re-scored from their models; a refit run's training
+    # and test scores are the refit model's (a review found the selected model used, and the run
+    # then called damaged).
+    import shutil
+
+    from smoothrank.experiments.ensemble import member_scores
+
+    refit_out, _ = both_runs
+    out = tmp_path / "copy"
+    shutil.copytree(refit_out, out)
+    kept = read_scores(out / "runs" / _NEURAL / "scores.npz")
+    (out / "runs" / _NEURAL / "scores.npz").unlink()
+    (cell,) = [c for c in expand(spec_from_dict(_spec(letor_files, refit=True))) if c.run_id == _NEURAL]
+    again = member_scores(cell, out, _splits(letor_files), _result(out, _NEURAL))
+    for name in ("train", "valid", "test"):
+        np.testing.assert_allclose(again[name], kept[name], rtol=1e-6)
+
+
 def test_refit_with_ensembles_and_a_learned_blend(letor_files, tmp_path):
     members = ["neural_ndcg-linear", "lightgbm-lambdarank"]
     data = _spec(letor_files, refit=True, seeds=[0, 1], ensemble=True,

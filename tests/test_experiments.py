@@ -7,6 +7,7 @@ import io
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -793,10 +794,44 @@ def test_unreadable_scores_say_to_delete_the_folder(tmp_path):
 
     path = tmp_path / "runs" / "r1" / "scores.npz"
     path.parent.mkdir(parents=True)
-    path.write_bytes(b"not an npz")
-    with pytest.raises(SmoothrankError, match=rf"unreadable scores .*; delete its folder "
-                                              rf"{re.escape(str(path.parent))} to redo that run"):
-        read_scores(path)
+    from smoothrank.experiments.ensemble import write_scores
+
+    write_scores(path, {"test": np.arange(50.0), "valid": np.arange(50.0)})
+    whole = path.read_bytes()
+    # garbage, a truncated zip (BadZipFile), an empty file (EOFError): each a SmoothrankError
+    for content in (b"not an npz", whole[:300], b""):
+        path.write_bytes(content)
+        with pytest.raises(SmoothrankError, match=rf"unreadable scores .*; delete its folder "
+                                                  rf"{re.escape(str(path.parent))} to redo that run"):
+            read_scores(path)
+
+
+def test_a_member_with_non_finite_scores_names_its_file_and_split(letor_files, tmp_path):
+    from smoothrank.experiments.ensemble import SCORES_FILE, read_scores, write_scores
+
+    data = _spec_dict(letor_files, gbdt=[], baseline=None, seeds=[0, 1], ensemble=True,
+                      neural={"training": {"epochs": 1, "batch_size": 16, "list_size": 10}})
+    spec = spec_from_dict(data)
+    out = tmp_path / "out"
+    run_experiment(spec, out)
+    run_dir = next((out / "runs").iterdir())
+    scores = read_scores(run_dir / SCORES_FILE)
+    scores["test"][3] = np.nan
+    write_scores(run_dir / SCORES_FILE, scores)
+    shutil.rmtree(out / "ensembles")
+    outcome = run_experiment(spec, out)
+    (message,) = outcome.failed.values()
+    assert f"{run_dir / SCORES_FILE}: 1 non-finite test score(s); delete the run folder" in message
+
+
+def test_a_method_missing_a_seed_run_is_marked_too():
+    results = [_fake("full", f, [0.4, 0.5], 0.5, seed=s) for f in (1, 2) for s in (0, 1)]
+    results += [_fake("partial", f, [0.9, 0.8], 0.5, seed=s) for f, s in ((1, 0), (1, 1), (2, 0))]
+    for r in results:
+        r["metrics"]["valid"] = {"ndcg@10": 0.9 if r["method"] == "partial" else 0.4}
+    rows = summarize(results, metrics=["ndcg@1"])
+    text = format_markdown(rows, metrics=["ndcg@1"], title="T", convention="trec", baseline=None, alpha=0.05)
+    assert "| partial (3 of 4 runs) |" in text and "| full |" in text
 
 
 def test_seeds_are_averaged_within_a_fold():

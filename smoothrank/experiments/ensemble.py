@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,10 +257,10 @@ def read_scores(path: str | Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: np.asarray(data[name], dtype=np.float64) for name in data.files}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # damaged, truncated
         # The folder, not the file: a GBDT run keeps no model to recompute its scores from.
-        raise SmoothrankError(f"{path}: unreadable scores ({err}); delete its folder {Path(path).parent} to "
-                              "redo that run (or ensemble)") from None
+        raise SmoothrankError(f"{path}: unreadable scores ({err or type(err).__name__}); delete its folder "
+                              f"{Path(path).parent} to redo that run (or ensemble)") from None
 
 
 def _rescore_neural(cell: Cell, run_dir: Path, splits: Mapping[str, Any],
@@ -273,6 +275,14 @@ def _rescore_neural(cell: Cell, run_dir: Path, splits: Mapping[str, Any],
                               "delete it to redo the run")
     model = load_model(model_path)
     scores = {name: model.score(ds) for name, ds in splits.items()}
+    if cell.settings.get("refit"):
+        # A refit run's training and test scores are the refit model's; validation stays the selected one's.
+        refit_path = run_dir / "refit" / "model.pt"
+        if not refit_path.is_file():
+            raise SmoothrankError(f"{run_dir}: finished refit run without {SCORES_FILE} nor refit/model.pt; "
+                                  "delete it to redo the run")
+        refitted = load_model(refit_path)
+        scores.update({name: refitted.score(splits[name]) for name in ("train", "test") if name in splits})
     check = _score_splits({"test": scores["test"]}, {"test": splits["test"]},
                           metrics=cell.settings["metrics"], convention=cell.settings["convention"])
     for metric, value in check["metrics"]["test"].items():
@@ -307,6 +317,9 @@ def member_scores(cell: Cell, out_dir: str | Path, splits: Mapping[str, Any],
             got = scores[name].shape if name in scores else "none"
             raise SmoothrankError(f"{path}: expected {ds.n_docs} {name} scores, got {got}; "
                                   "delete the run folder to redo the run")
+        if not np.isfinite(scores[name]).all():
+            raise SmoothrankError(f"{path}: {int((~np.isfinite(scores[name])).sum())} non-finite {name} "
+                                  "score(s); delete the run folder to redo the run")
     return scores
 
 

@@ -24,7 +24,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +245,7 @@ def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published
     index = {(r["method"], r["split"], r["metric"]): r["mean"] for r in rows if r["dataset"] == dataset}
     folds = _fold_counts(rows, dataset)
     complete = max(folds.values(), default=0)
+    missing = _missing_runs(rows, dataset)
     errors = {(r["method"], r["metric"]): r.get("se", math.nan) for r in rows
               if r["dataset"] == dataset and r["split"] == "test"}
     methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
@@ -256,11 +257,12 @@ def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published
                  for m in targets}
         out.append({"method": method, "kind": kinds[method],
                     "valid": index.get((method, "valid", select_by), math.nan), "test": test, "beats": beats,
-                    "beats_all": all(beats.values()) and folds.get(method, 0) == complete,
+                    "beats_all": all(beats.values()) and method not in missing,
                     "se": {m: errors.get((method, m), math.nan) for m in targets},
-                    "n_folds": folds.get(method, 0), "complete_folds": complete})
-    # A method missing folds (failed runs) is not comparable with 5-fold averages: listed last.
-    return sorted(out, key=lambda r: (r["n_folds"] < complete,
+                    "n_folds": folds.get(method, 0), "complete_folds": complete,
+                    "missing": missing.get(method)})
+    # A method missing folds or seed runs (failed runs) is not the configuration it names: listed last.
+    return sorted(out, key=lambda r: (r["missing"] is not None,
                                       -r["valid"] if not math.isnan(r["valid"]) else math.inf))
 
 
@@ -273,9 +275,23 @@ def _fold_counts(rows: Sequence[dict[str, Any]], dataset: str) -> dict[str, int]
     return counts
 
 
-def _shown_label(method: str, n_folds: int, complete: int) -> str:
-    """A method's label in the tables, with the folds it lacks (its failed runs) when it lacks some."""
-    return method if n_folds >= complete else f"{method} ({n_folds} of {complete} folds)"
+def _missing_runs(rows: Sequence[dict[str, Any]], dataset: str) -> dict[str, str]:
+    """The methods of ``dataset`` that lack folds, or seed runs, that others have (their runs failed),
+    with what they have: ``{"m": "2 of 3 folds"}``. Seed ensembles and blends count folds only."""
+    folds = _fold_counts(rows, dataset)
+    runs: dict[str, int] = {}
+    for r in rows:
+        if r["dataset"] == dataset and r["split"] == "test" and r["kind"] != "ensemble":
+            runs[r["method"]] = max(runs.get(r["method"], 0), r["n_runs"])
+    all_folds, all_runs = max(folds.values(), default=0), max(runs.values(), default=0)
+    out = {m: f"{f} of {all_folds} folds" for m, f in folds.items() if f < all_folds}
+    out.update({m: f"{n} of {all_runs} runs" for m, n in runs.items() if n < all_runs and m not in out})
+    return out
+
+
+def _shown_label(method: str, missing: Mapping[str, str]) -> str:
+    """A method's label in the tables, with what it lacks (its failed runs) when it lacks something."""
+    return f"{method} ({missing[method]})" if method in missing else method
 
 
 def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: dict[str, dict[str, float]],
@@ -291,7 +307,7 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
         cells = [("–" if math.isnan(r["test"][m]) else f"{r['test'][m]:.4f}")
                  + (" ✓" if r["beats"][m] else "") for m in targets]
         verdict = "yes" if r["beats_all"] else "no"
-        label = _shown_label(r["method"], r["n_folds"], r["complete_folds"])
+        label = f"{r['method']} ({r['missing']})" if r["missing"] else r["method"]
         lines.append(f"| {label} | {valid} | " + " | ".join(cells) + f" | {verdict} |")
     best_values = {m: max(p[m] for p in published.values() if m in p) for m in targets}
     best = [f"{m}: {v:.4f}" for m, v in best_values.items()]
@@ -301,8 +317,8 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
 
 def _noise_lines(pick: dict[str, Any] | None, best: dict[str, float]) -> list[str]:
     """How the first row's gaps to the best published values compare with its sampling noise."""
-    if pick is None or pick["n_folds"] < pick["complete_folds"]:
-        return []  # no pick: a method missing folds is no configuration's result
+    if pick is None or pick["missing"]:
+        return []  # no pick: a method missing runs is no configuration's result
     if all(math.isnan(pick["se"][m]) for m in best):
         return []
     cells = []
@@ -347,7 +363,7 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                      f"two-sided, {adjusted}p < {alpha:g}).")
     if any(r.get("kind") == "ensemble" and not r.get("blend_of") for r in rows):
         lines.append("`<method>+ens<N>`: the seed ensemble of `<method>`: per fold, the mean of its N seed "
-                     "runs' per-query standardised scores, evaluated as one run.")
+                     "runs' per-query normalised scores (`ensemble_normalize`), evaluated as one run.")
     blends = {r["method"]: r for r in rows if r.get("blend_of")}
     for label, row in blends.items():
         members = ", ".join(f"`{m}`" for m in row["blend_of"])
@@ -369,7 +385,7 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
     for dataset in datasets:
         methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
         n_folds = max((r["n_folds"] for r in rows if r["dataset"] == dataset), default=0)
-        folds = _fold_counts(rows, dataset)
+        missing = _missing_runs(rows, dataset)
         for split, label in (("test", "test"), ("valid", "validation"), ("train", "training")):
             if not any(r["split"] == split for r in rows if r["dataset"] == dataset):
                 continue  # e.g. no validation split
@@ -378,7 +394,7 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                       "|---|" + "---|" * len(metrics)]
             for method in methods:
                 cells = [_cell(index.get((dataset, method, split, m))) for m in metrics]
-                label = _shown_label(method, folds.get(method, n_folds), n_folds)
+                label = _shown_label(method, missing)
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
             if split == "test":
                 published = published_baselines([dataset], convention)

@@ -496,17 +496,19 @@ def _without_validation(spec: ExperimentSpec) -> list[tuple[int, DatasetSpec]]:
     return [(i, ds) for i, ds in enumerate(spec.datasets) if ds.mq2008_folds is None and ds.valid is None]
 
 
+def _valid_is_test(spec: ExperimentSpec) -> list[tuple[int, Any]]:
+    """The file datasets whose validation file is their test file (LightGBM's example does that)."""
+    base = Path(spec.base_dir)
+    return [(i, ds) for i, ds in enumerate(spec.datasets) if ds.valid is not None and ds.test is not None
+            and (base / ds.valid).resolve() == (base / ds.test).resolve()]
+
+
 def _refit_problems(spec: ExperimentSpec) -> list[str]:
     """A refit trains on the validation split, so it must exist and must not be the test split."""
-    base = Path(spec.base_dir)
     problems = [f"refit: datasets.{i} ({ds.name}) has no validation split (valid:) to refit on"
                 for i, ds in _without_validation(spec)]
-    for i, ds in enumerate(spec.datasets):
-        if ds.valid is not None and ds.test is not None and \
-                (base / ds.valid).resolve() == (base / ds.test).resolve():
-            problems.append(f"refit: datasets.{i} ({ds.name}) uses its test file as the validation split; "
-                            "a refit would train on the test queries")
-    return problems
+    return problems + [f"refit: datasets.{i} ({ds.name}) uses its test file as the validation split; a refit "
+                       "would train on the test queries" for i, ds in _valid_is_test(spec)]
 
 
 # Training settings the spec's own keys set in every neural run's config (neural_config_dict):
@@ -770,6 +772,10 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     if any(b.weights == "learned" for b in spec.blends) and _without_validation(spec):
         problems.append("blends: a learned blend fits its weights on the validation split; every dataset "
                         "needs one (valid:)")
+    if any(b.weights == "learned" for b in spec.blends):
+        problems += [f"blends: datasets.{i} ({ds.name}) uses its test file as the validation split; a "
+                     "learned blend would fit its weights on the test queries"
+                     for i, ds in _valid_is_test(spec)]
     if spec.refit:
         problems += _refit_problems(spec)
     # A grid's labels are built from its keys and values, which are checked above; this is the guard

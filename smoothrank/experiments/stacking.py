@@ -124,7 +124,9 @@ def fit_blend(features: Any, labels: Any, offsets: Any, *, loss: str = "list_net
     loss : str
         A registered loss (:func:`smoothrank.losses.available`); ``options`` are its options. The
         loss is re-bound at every evaluation, so an int ``generator`` option draws the same random
-        numbers each time and the objective stays deterministic.
+        numbers each time and the objective stays deterministic; a loss that draws (ListMLE's
+        tie-breaks, stochastic NeuralNDCG) without one is given ``generator=0``, so that the fit
+        (and its experiment's fingerprint) is reproducible.
     l2 : float
         Ridge coefficient, >= 0.
     max_iter : int
@@ -150,6 +152,8 @@ def fit_blend(features: Any, labels: Any, offsets: Any, *, loss: str = "list_net
         raise SmoothrankError(f"max_iter: expected an integer >= 1, got {max_iter!r}")
     opts = dict(options or {})
     losses.get(loss, **opts)  # unknown loss or option: a ConfigError now
+    if "generator" in losses.options(loss) and opts.get("generator") is None:
+        opts["generator"] = 0  # a fresh draw per evaluation would move the objective under L-BFGS-B
     n_members = x.shape[1]
     if off.size < 2:
         raise SmoothrankError("offsets: a learned blend needs at least one validation query")
