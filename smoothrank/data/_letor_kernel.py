@@ -20,6 +20,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from smoothrank.data.dataset import F32_LIMIT
+
 OK = 0
 LONE_CR = 1
 BAD_LABEL = 2
@@ -33,10 +35,6 @@ TOO_MANY = 9
 
 FAST, SLOW, INVALID = 0, 1, 2
 MAX_INDEX = 2**31 - 2
-F32_MAX = float(np.finfo(np.float32).max)
-# Doubles below this round to a finite float32 (FLT_MAX itself and its 9-digit text included); at it
-# and above they round to inf. Half of float32's last gap (2^104) above FLT_MAX, whose mantissa is odd.
-F32_LIMIT = F32_MAX + 2.0**103
 _POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)  # all exact doubles
 _TWO53 = 2**53
 

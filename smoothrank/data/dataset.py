@@ -12,6 +12,10 @@ from smoothrank.errors import SmoothrankError
 #: The largest integer up to which float32 holds every integer exactly: integer labels above it
 #: would change in the cast to float32 (16777217 -> 16777216), so the reader and from_arrays refuse them.
 F32_EXACT_INT = 2**24
+#: Doubles below this round to a finite float32 (the largest float32 and its 9-digit text, as
+#: write_letor prints it, included); at it and above they round to inf: half of float32's last gap
+#: (2^104) above its largest value, whose mantissa is odd. The readers refuse values from here on.
+F32_LIMIT = float(np.finfo(np.float32).max) + 2.0**103
 
 
 @dataclass(frozen=True, eq=False)

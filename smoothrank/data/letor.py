@@ -36,16 +36,13 @@ import numpy as np
 
 from smoothrank.data import cache as _cache
 from smoothrank.data._io import BOM, gzip_errors, open_binary, without_bom
-from smoothrank.data.dataset import F32_EXACT_INT, Dataset
+from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 _DOCID = re.compile(rb"docid\s*=\s*(\S+)")
 _NULL = re.compile(rb":NULL(?= |$)")
 _NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf|infinity)",
                      re.IGNORECASE)
-# The reader refuses what float32 cannot hold: doubles at or above this round to inf (the largest
-# float32, 3.40282347e+38 as write_letor prints it, reads back).
-_F32_LIMIT = float(np.finfo(np.float32).max) + 2.0**103
 _MAX_INDEX = 2**31 - 2
 _MAX_GROUP = 2**40  # far beyond any file; keeps the sum of group sizes inside int64
 #: Files at least this large (raw bytes) are cached when ``cache=None``.
@@ -295,7 +292,7 @@ def _fast_parse(chunks: Iterable[bytes | memoryview], *, source: str, options: R
             value = float(bytes(chunk[start:end]))
             if target < 0:
                 row_label[-1 - target] = value
-            elif not abs(value) < _F32_LIMIT:  # also NaN
+            elif not abs(value) < F32_LIMIT:  # also NaN
                 return None
             else:
                 tok_val[target] = value
@@ -333,7 +330,7 @@ def _fast_parse(chunks: Iterable[bytes | memoryview], *, source: str, options: R
 
 def _labels_ok(values: np.ndarray, options: ReaderOptions) -> bool:
     """The label rules of :func:`_parse_labels`, as one yes/no."""
-    if not np.all(np.abs(values) < _F32_LIMIT):  # also catches NaN and inf
+    if not np.all(np.abs(values) < F32_LIMIT):  # also catches NaN and inf
         return False
     if not options.allow_real_labels and (np.any(values != np.round(values))
                                           or np.any(np.abs(values) > F32_EXACT_INT)):
@@ -492,8 +489,8 @@ def _parse_labels(tokens: list[bytes], lines: list[int], source: str, options: R
         else:
             why = "is negative (pass allow_negative_labels=True to allow it)"
         raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} {why}")
-    if np.any(np.abs(values) >= _F32_LIMIT):
-        i = int(np.argmax(np.abs(values) >= _F32_LIMIT))
+    if np.any(np.abs(values) >= F32_LIMIT):
+        i = int(np.argmax(np.abs(values) >= F32_LIMIT))
         raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} overflows float32")
     if not options.allow_real_labels and np.any(np.abs(values) > F32_EXACT_INT):
         # float32 holds every integer up to 2^24 only: 16777217 would silently become 16777216.
@@ -556,8 +553,8 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
     index = index.astype(np.int64)
     if not np.all(np.isfinite(values)):
         fail(~np.isfinite(values), "non-finite feature value in {tok}")
-    if np.any(np.abs(values) >= _F32_LIMIT):
-        fail(np.abs(values) >= _F32_LIMIT, "feature value out of the float32 range in {tok}")
+    if np.any(np.abs(values) >= F32_LIMIT):
+        fail(np.abs(values) >= F32_LIMIT, "feature value out of the float32 range in {tok}")
     if options.zero_based is False and np.any(index == 0):
         fail(index == 0, "feature index 0 in {tok}, but zero_based=False (indices start at 1)")
     if options.n_features is not None:

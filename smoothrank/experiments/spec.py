@@ -769,10 +769,10 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             except ConfigError as err:
                 key = "options" if blend.learner.loss in available else "loss"
                 problems.append(f"blends.{i}.learner.{key}: {err}")
-    if any(b.weights == "learned" for b in spec.blends) and _without_validation(spec):
-        problems.append("blends: a learned blend fits its weights on the validation split; every dataset "
-                        "needs one (valid:)")
     if any(b.weights == "learned" for b in spec.blends):
+        if _without_validation(spec):
+            problems.append("blends: a learned blend fits its weights on the validation split; every dataset "
+                            "needs one (valid:)")
         problems += [f"blends: datasets.{i} ({ds.name}) uses its test file as the validation split; a "
                      "learned blend would fit its weights on the test queries"
                      for i, ds in _valid_is_test(spec)]
