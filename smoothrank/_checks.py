@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from smoothrank.errors import SmoothrankError
@@ -69,6 +70,13 @@ def check_positive_int(value: Any, name: str) -> int:
     if not (math.isfinite(v) and v == int(v) and v >= 1):
         raise SmoothrankError(f"{name}: must be a positive integer, got {value!r}")
     return int(v)
+
+
+def check_int_count(value: Any, name: str, *, error: type[SmoothrankError] = SmoothrankError) -> int:
+    """An integer >= 1 given as a Python or NumPy int (no floats, no bools): a count read from a config."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise error(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
 
 
 def check_k(k: Any) -> int | None:

@@ -189,6 +189,10 @@ def test_end_to_end_ensemble(letor_files, tmp_path, capsys):
     spec_path = tmp_path / "ens.yaml"
     spec_path.write_text(yaml.safe_dump(_spec(letor_files)))
     out = tmp_path / "out"
+    # Before any run, a dry run says each ensemble waits for its members.
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0
+    assert "syn--files--lightgbm-lambdarank+ens2\tensemble, to build (after 2 of its 2 member runs)" in \
+        capsys.readouterr().out
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
     assert "4 run(s) done, 0 skipped (finished before); 2 ensemble(s) built, 0 reused" in \
         capsys.readouterr().out
@@ -245,6 +249,12 @@ def test_end_to_end_ensemble(letor_files, tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*.*")} == mtimes
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0
     assert "syn--files--lightgbm-lambdarank+ens2\tensemble, built" in capsys.readouterr().out
+    # Another normalisation: every ensemble would be rebuilt, and the dry run says so.
+    other = tmp_path / "ens_rank.yaml"
+    other.write_text(yaml.safe_dump(_spec(letor_files, ensemble_normalize="rank")))
+    assert cli_main(["experiment", str(other), "--out", str(out), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("ensemble, to rebuild (its settings or members changed)") == 2, printed
 
     spec = spec_from_dict(_spec(letor_files))
     # A member changed: its ensemble is rebuilt (and only it).

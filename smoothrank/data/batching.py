@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from smoothrank._checks import check_int_count
 from smoothrank.data.dataset import Dataset
 from smoothrank.errors import SmoothrankError
 
@@ -82,12 +83,6 @@ def softrank_sample(labels: np.ndarray, rng: np.random.Generator, *, max_extra: 
     return np.sort(np.concatenate([relevant, extra]))
 
 
-def _check_positive(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise SmoothrankError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
-
-
 def _fill(dataset: Dataset, queries: Sequence[int], positions: Sequence[np.ndarray], width: int) -> Batch:
     b = len(queries)
     feats = np.zeros((b, width, dataset.n_features), dtype=np.float32)
@@ -133,8 +128,8 @@ def training_batches(
 
     All randomness comes from ``seed_or_generator`` (an int seed, a NumPy or torch generator).
     """
-    list_size = _check_positive(list_size, "list_size")
-    batch_size = _check_positive(batch_size, "batch_size")
+    list_size = check_int_count(list_size, "list_size")
+    batch_size = check_int_count(batch_size, "batch_size")
     if sampling not in SAMPLINGS:
         raise SmoothrankError(f"sampling: expected one of {SAMPLINGS}, got {sampling!r}")
     if pad not in PADDINGS:
@@ -184,8 +179,8 @@ def length_buckets(sizes: np.ndarray, *, batch_size: int | None = None,
     ``batch_size`` queries (no limit: None) and at most ``max_items`` padded positions (a single
     list longer than ``max_items`` forms its own group); its width is its last (longest) list.
     """
-    max_items = _check_positive(max_items, "max_items")
-    limit = _check_positive(batch_size, "batch_size") if batch_size is not None else len(sizes)
+    max_items = check_int_count(max_items, "max_items")
+    limit = check_int_count(batch_size, "batch_size") if batch_size is not None else len(sizes)
     group: list[int] = []
     for q in np.argsort(sizes, kind="stable").tolist():
         width = int(sizes[q])  # sorted ascending: the newcomer is the widest
@@ -206,7 +201,7 @@ def evaluation_batches(dataset: Dataset, *, batch_size: int = 64,
     single list longer than ``max_items`` forms its own batch). Each batch is as wide as its
     longest list. Every query appears exactly once; ``Batch.query_index`` says which.
     """
-    batch_size = _check_positive(batch_size, "batch_size")
+    batch_size = check_int_count(batch_size, "batch_size")
     sizes = dataset.list_sizes
     for group in length_buckets(sizes, batch_size=batch_size, max_items=max_items):
         yield _fill(dataset, group, [np.arange(sizes[g]) for g in group], int(sizes[group[-1]]))

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from smoothrank._checks import check_int_count
 from smoothrank.errors import ConfigError, SmoothrankError
 
 __all__ = ["GBDT_OBJECTIVES", "GBDTResult", "canonical_param", "check_gbdt", "fit_gbdt", "is_loss_objective",
@@ -434,9 +435,7 @@ def _selected(select: Callable[[np.ndarray], float], preds: Any) -> float:
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
+    return check_int_count(value, name, error=ConfigError)
 
 
 def _check_label_gain(params: Mapping[str, Any], where: str) -> None:
