@@ -16,9 +16,11 @@ from smoothrank.metrics import (
     average_precision,
     dcg,
     evaluate,
+    evaluate_flat,
     mean_metrics,
     ndcg,
     pad_groups,
+    pairwise_error,
     precision,
     reciprocal_rank,
 )
@@ -277,6 +279,32 @@ def test_pad_groups():
     feats, fmask = pad_groups(np.arange(8.0).reshape(4, 2), [0, 1, 1, 4], fill=-1.0)
     assert feats.shape == (3, 3, 2) and torch.equal(fmask, mask)
     assert feats[2].tolist() == [[2.0, 3.0], [4.0, 5.0], [6.0, 7.0]] and feats[1].eq(-1.0).all()
+
+
+
+def test_integer_scores_past_float32_stay_distinct():
+    # Timestamps as int64 scores: float32 (the old default for integer inputs) merged them into a
+    # tie broken by input order (NDCG 0.63 instead of 1, RR 1/2 instead of 1).
+    scores, labels = torch.tensor([1_700_000_000, 1_700_000_001]), torch.tensor([0, 1])
+    assert ndcg(scores, labels).item() == 1.0
+    assert ndcg(np.array([1_700_000_000, 1_700_000_001]), np.array([0, 1])).item() == 1.0
+    assert reciprocal_rank(scores, labels).item() == 1.0
+    assert pairwise_error(torch.tensor([2**24, 2**24 + 1]), torch.tensor([1, 0])).item() == 1.0
+    # Float scores still set the dtype: float32 in, float32 out.
+    assert ndcg(torch.rand(2, 3), torch.tensor([[0, 1, 2], [2, 1, 0]])).dtype == torch.float32
+
+
+def test_flat_evaluation_takes_model_outputs_as_they_come():
+    # A model's output (requires grad, bfloat16) passed straight to evaluate_flat / pad_groups.
+    s, y, offsets = torch.tensor([0.5, 0.25, 0.125, 0.75, 0.375]), torch.tensor([0.0, 1, 2, 1, 0]), [0, 3, 5]
+    want = evaluate_flat(s.numpy(), y.numpy(), offsets=offsets, metrics=["ndcg@2", "map"])
+    for scores in (s.clone().requires_grad_(True), s.bfloat16(), s.double()):
+        got = evaluate_flat(scores, y, offsets=offsets, metrics=["ndcg@2", "map"])
+        assert {m: v.tolist() for m, v in got.items()} == {m: v.tolist() for m, v in want.items()}
+    padded, mask = pad_groups(s.clone().requires_grad_(True), offsets)
+    assert padded.tolist()[1][:2] == [0.75, 0.375] and mask.tolist() == [[True] * 3, [True, True, False]]
+    with pytest.raises(SmoothrankError, match="scores"):
+        evaluate_flat(["a", "b"], [0.0, 1.0], offsets=[0, 2])
 
 
 @pytest.mark.parametrize(("call", "argument"), [

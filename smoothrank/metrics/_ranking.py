@@ -17,6 +17,7 @@ from torch import Tensor
 
 from smoothrank import gains as _gains
 from smoothrank._checks import K_LIMIT
+from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 
 TIES = ("input", "pessimistic", "optimistic")
@@ -52,11 +53,12 @@ def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> t
         return dtype
     # Follow the inputs; float64 wins so that exact inputs are never rounded. Half precision is
     # widened to float32: it cannot even count ranks past 256 (bfloat16) or 2048 (float16).
+    # Integer scores (timestamps, counts) are exact too: float64 where the device has it, since
+    # float32 would merge integers past 2^24 into ties.
     candidates = [t.dtype for t in (scores, labels) if t.is_floating_point()]
-    if torch.float64 in candidates:
-        return torch.float64
-    chosen = candidates[0] if candidates else torch.get_default_dtype()
-    return torch.float32 if chosen in (torch.float16, torch.bfloat16) else chosen
+    if torch.float64 in candidates or not scores.is_floating_point():
+        return wide_dtype(torch.float32, scores.device)
+    return torch.float32 if candidates[0] in (torch.float16, torch.bfloat16) else candidates[0]
 
 
 def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | None = None) -> Prepared:

@@ -123,7 +123,7 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
     (n_queries, max_list).
     """
     offs = np.asarray(offsets, dtype=np.int64)
-    vals = torch.as_tensor(np.asarray(values))
+    vals = values.detach() if isinstance(values, Tensor) else torch.as_tensor(np.asarray(values))
     if offs.ndim != 1 or offs.shape[0] < 1 or offs[0] != 0 or offs[-1] != vals.shape[0] \
             or (np.diff(offs) < 0).any():
         raise SmoothrankError(f"offsets: expected non-decreasing offsets from 0 to {vals.shape[0]}")
@@ -131,8 +131,9 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
     n_q, width = sizes.shape[0], int(sizes.max()) if sizes.size else 0
     query = np.repeat(np.arange(n_q), sizes)
     pos = np.arange(vals.shape[0]) - offs[:-1][query]
-    out = torch.full((n_q, max(width, 1), *vals.shape[1:]), fill, dtype=vals.dtype)
-    mask = torch.zeros((n_q, max(width, 1)), dtype=torch.bool)
+    query, pos = torch.from_numpy(query).to(vals.device), torch.from_numpy(pos).to(vals.device)
+    out = torch.full((n_q, max(width, 1), *vals.shape[1:]), fill, dtype=vals.dtype, device=vals.device)
+    mask = torch.zeros((n_q, max(width, 1)), dtype=torch.bool, device=vals.device)
     out[query, pos] = vals
     mask[query, pos] = True
     return out, mask
@@ -149,6 +150,16 @@ def docno_descending_order(doc_ids: Sequence[str], offsets: Any) -> np.ndarray:
     return np.lexsort((-id_rank.reshape(-1), query))
 
 
+def _flat_float64(values: Any, name: str) -> np.ndarray:
+    """Flat float64 NumPy copy of a tensor (any device, dtype, grad) or array-like."""
+    if isinstance(values, Tensor):
+        return values.detach().to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
+    try:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise SmoothrankError(f"{name}: expected numbers ({err})") from err
+
+
 def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iterable[str] = LETOR4_METRICS,
                   convention: str | Convention = "letor4", doc_ids: Sequence[str] | None = None,
                   dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
@@ -159,8 +170,7 @@ def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iter
     orders them.
     """
     conv = get_convention(convention)
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
-    y = np.asarray(labels, dtype=np.float64).reshape(-1)
+    s, y = _flat_float64(scores, "scores"), _flat_float64(labels, "labels")
     if s.shape != y.shape:
         raise SmoothrankError(f"scores: {s.shape[0]} scores for {y.shape[0]} labels")
     if doc_ids is not None and len(doc_ids) != s.shape[0]:
