@@ -443,6 +443,43 @@ def test_list_net_keeps_gradient_when_probabilities_underflow() -> None:
     assert g[0, 0] < -0.5
 
 
+def _list_mle_by_pairs(s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """ListMLE from score differences only, sum_r log sum_{q>=r} exp(s_q - s_r), in label order."""
+    ss = s[torch.sort(y, descending=True, stable=True).indices]
+    return sum(torch.logsumexp(ss[r:] - ss[r], 0) for r in range(ss.shape[0]))
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e2, 1e4, 1e6, 1e8])
+def test_list_mle_gradient_is_accurate_at_large_scores(scale: float) -> None:
+    # torch's logcumsumexp backward and float32 tail sums were 2.5% off at scale 1e4 and gave a
+    # misranked item no gradient at 1e8; the reference differences scores in float64.
+    g = torch.Generator().manual_seed(int(scale))
+    s = (torch.randn(30, generator=g, dtype=F64) * scale).float()
+    y = torch.randperm(30, generator=g).float()  # distinct labels: no random tie-break
+    ref = s.double().requires_grad_(True)
+    _list_mle_by_pairs(ref, y.double()).backward()
+    for dtype in (torch.float32, F64):
+        got = s.to(dtype).clone().requires_grad_(True)
+        losses.list_mle(got[None], y.to(dtype)[None], reduction="sum").backward()
+        assert got.grad.dtype == dtype
+        torch.testing.assert_close(got.grad.double(), ref.grad, atol=2e-6, rtol=0)
+    for dtype, big in ((torch.float32, 1e8), (F64, 1e30)):
+        pair = torch.tensor([[big, -big]], dtype=dtype, requires_grad=True)
+        losses.list_mle(pair, torch.tensor([[0.0, 1.0]], dtype=dtype)).backward()
+        assert pair.grad.tolist() == [[1.0, -1.0]]
+
+
+def test_rmse_of_huge_errors_is_finite_with_its_gradient() -> None:
+    # Squaring a 1e20 error overflowed float32: an infinite loss with a zero gradient.
+    s = torch.tensor([[0.0, 1.0]], requires_grad=True)
+    loss = losses.rmse(s, torch.tensor([[1e20, 0.0]]))
+    loss.backward()
+    want = 1e20 / math.sqrt(2)
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    # d/ds_0 of sqrt(((5 sigmoid(s_0) - 1e20)^2 + e_1^2) / 2) is about -5/4 / sqrt(2).
+    assert s.grad[0, 0].item() == pytest.approx(-1.25 / math.sqrt(2), rel=1e-5)
+
+
 def test_padding_labels_can_be_anything() -> None:
     """PITFALL 7: padded labels of -1 (or NaN) never reach a loss."""
     s = torch.randn(2, 4, requires_grad=True)

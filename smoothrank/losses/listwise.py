@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from smoothrank._checks import check_generator, within_dtype
+from smoothrank._devices import wide_dtype
 from smoothrank.losses import _common as C
 from smoothrank.sorting import real_first_slots
 
@@ -66,16 +67,21 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     shuffle = torch.gather(position, -1, shuffle.to(scores.device))
     key = torch.gather(labels.masked_fill(~mask, float("-inf")), -1, shuffle)
     order = torch.gather(shuffle, -1, torch.sort(key, dim=-1, descending=True, stable=True).indices)
-    s = torch.gather(scores, -1, order)
+    # In the wide dtype and relative to the row's top score: torch's logcumsumexp backward, and
+    # tail sums rounded at the scores' magnitude, were off by 2.5% at scores of 1e4 in float32 and
+    # gave a misranked item no gradient at 1e8 (1e30 in float64).
+    s = torch.gather(scores, -1, order).to(wide_dtype(scores.dtype, scores.device))
     real = torch.gather(mask, -1, order)
+    top = torch.where(real, s.detach(), torch.full_like(s, float("-inf"))).amax(-1, keepdim=True)
+    s = s - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     # Finite filler far below every real score: exp() of it vanishes next to any real term, and
     # no -inf reaches logcumsumexp's backward.
-    low = torch.where(mask, scores.detach(), torch.full_like(scores, float("inf"))).amin(-1, keepdim=True)
+    low = torch.where(real, s.detach(), torch.full_like(s, float("inf"))).amin(-1, keepdim=True)
     low = torch.where(torch.isfinite(low), low, torch.zeros_like(low)) - 200.0
     s = torch.where(real, s, low.expand_as(s))
     tail_lse = torch.logcumsumexp(s.flip(-1), dim=-1).flip(-1)
     per_item = torch.where(real, tail_lse - s, torch.zeros_like(s))
-    return C.reduce(per_item.sum(-1), valid, reduction)
+    return C.reduce(per_item.sum(-1).to(scores.dtype), valid, reduction)
 
 
 def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",

@@ -23,8 +23,15 @@ def rmse(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reductio
     levels = C.check_positive(n_levels, "n_levels")
     scores, labels, mask = C.check_inputs(scores, labels, mask)
     valid = C.has_relevant(labels, mask)
-    err = torch.where(mask, (levels * torch.sigmoid(scores) - labels) ** 2, torch.zeros_like(scores))
+    diff = torch.where(mask, levels * torch.sigmoid(scores) - labels, torch.zeros_like(scores))
+    # Squared relative to the row's largest error (as hypot does), so that errors past 1e19 in
+    # float32 do not overflow to an infinite loss with a zero gradient. sqrt(mean) is homogeneous,
+    # so the detached scale leaves value and gradient exact; a power of two, so not even rounding
+    # changes.
+    largest = diff.detach().abs().amax(-1, keepdim=True)
+    scale = torch.ldexp(torch.ones_like(largest), torch.frexp(largest).exponent)
+    scale = torch.where(torch.isfinite(scale) & (largest > 0), scale, torch.ones_like(scale))
     m = mask.sum(-1).to(scores.dtype)
-    mse = C.safe_divide(err.sum(-1), m, m > 0)
-    per_query = torch.sqrt(mse.clamp_min(torch.finfo(scores.dtype).tiny))
+    mse = C.safe_divide(((diff / scale) ** 2).sum(-1), m, m > 0)
+    per_query = torch.sqrt(mse.clamp_min(torch.finfo(scores.dtype).tiny)) * scale.squeeze(-1)
     return C.reduce(per_query, valid, reduction)
