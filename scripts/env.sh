@@ -2,7 +2,8 @@
 # Creates (or refreshes) the project's virtual environment in .venv.
 # Usage: bash scripts/env.sh [extras]   e.g. "test" or "" (runtime only); scripts/demo and scripts/test
 # source it. It sets -euo pipefail: do not source it in an interactive shell (use .venv/bin/activate).
-# Re-installs only when pyproject.toml or the extras change (a stamp file records both).
+# Re-installs only when pyproject.toml or the extras change (a stamp file records both); the
+# runtime alone ("") is satisfied by an environment installed with any extras.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 extras="${1:-}"
@@ -19,8 +20,14 @@ pip_quiet() {
         | { grep -v "is ignored: it is neither" || true; } >&2
     return "${PIPESTATUS[0]}"
 }
-want="$(cat "$root/pyproject.toml" | sha256sum | cut -c1-16)-${extras}"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+hash="$(cat "$root/pyproject.toml" | sha256sum | cut -c1-16)"
+want="$hash-${extras}"
+have="$(cat "$stamp" 2>/dev/null || true)"
+# Every extra includes the runtime: the demo ("") takes an environment the tests made as it is.
+if [ -z "$extras" ] && [ "${have%%-*}" = "$hash" ]; then
+    want="$have"
+fi
+if [ "$have" != "$want" ]; then
     echo "smoothrank: installing dependencies (torch 2.13.0 CPU build, extras: ${extras:-none})" >&2
     spec="$root"
     [ -n "$extras" ] && spec="$root[$extras]"

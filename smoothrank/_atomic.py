@@ -33,6 +33,12 @@ def _mode(path: Path) -> int | None:
         return None
 
 
+def is_device_or_fifo(path: Path) -> bool:
+    """Whether ``path`` is an existing device or FIFO (e.g. ``/dev/null``), written in place."""
+    mode = _mode(path)
+    return mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 def blocking_file(folder: Path) -> Path | None:
     """The nearest of ``folder`` and its ancestors that exists, if it is not a directory."""
     for candidate in (folder, *folder.parents):

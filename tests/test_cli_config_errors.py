@@ -217,6 +217,18 @@ def test_gbdt_params_the_library_refuses_fail_in_dry_run(folds, tmp_path, capsys
     assert "[LightGBM]" not in err
 
 
+@pytest.mark.parametrize(("library", "objective"), [("lightgbm", "lambdarank"), ("xgboost", "neural_ndcg")])
+def test_a_missing_gbdt_library_refuses_the_spec_before_any_run(folds, tmp_path, capsys, monkeypatch,
+                                                                  library, objective):
+    # Before, the neural runs trained and every GBDT run then failed; the dry run listed them "to run".
+    monkeypatch.setitem(__import__("sys").modules, library, None)  # import raises ImportError
+    spec = _spec(tmp_path, folds, gbdt=[{"library": library, "objective": objective}])
+    for extra in (["--dry-run"], ["--quiet"]):
+        _refused(["experiment", str(spec), "--out", str(tmp_path / "out"), *extra], capsys, "spec.yaml",
+                 "gbdt.0.library:", "smoothrank[gbdt]")
+    assert not (tmp_path / "out").exists()
+
+
 def test_gbdt_library_errors_in_training_are_failed_runs(folds, tmp_path):
     # Data-dependent parameters (a constraint per feature) are only checked by the library in training.
     gbdt = [{"library": "lightgbm", "objective": "lambdarank", "num_boost_round": 3,

@@ -322,6 +322,8 @@ def test_flat_evaluation_takes_model_outputs_as_they_come():
     (lambda: ndcg([1.0, 2.0], [1.0, 0.0], reduction="avg"), "reduction"),
     (lambda: ndcg([1.0, 2.0], [1.0, 0.0], mask=[1, 0]), "mask"),
     (lambda: ndcg(torch.rand(2, 2, 2), torch.rand(2, 2, 2)), "scores"),
+    (lambda: ndcg(torch.randn(3), torch.tensor([1j, 0, 0])), "labels"),
+    (lambda: ndcg(np.array([1j, 0]), [1.0, 0.0]), "scores"),
     (lambda: ndcg([1.0, 2.0], [1.0, 3.0], gain={0: 0.0, 1: 1.0}), "gain"),
     (lambda: precision([1.0], [1.0], k=2, threshold=0), "threshold"),
     (lambda: evaluate([1.0], [1.0], metrics="ndgc@3"), "metrics"),

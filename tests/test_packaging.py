@@ -66,3 +66,41 @@ def test_every_runtime_dependency_is_used() -> None:
     imports = _third_party_imports()
     used = {d for m in imports["top"] | imports["lazy"] for d in _distributions(m)}
     assert runtime <= used, f"declared but never imported by the package: {runtime - used}"
+
+
+def _sourced(root: Path, extras: str) -> list[str]:
+    """Source a copy of scripts/env.sh in ``root`` (whose .venv/bin/python logs its calls); the calls."""
+    import subprocess
+
+    log = root / "calls.log"
+    log.write_text("")
+    subprocess.run(["bash", "-c", f'source "{root}/scripts/env.sh" "{extras}"'], check=True,
+                   capture_output=True)
+    return log.read_text().splitlines()
+
+
+def test_env_script_reinstalls_only_what_is_missing(tmp_path) -> None:
+    # The demo ("") after the tests ("test") reinstalled everything: a runtime-only request now takes
+    # an environment made with any extras, while a request for extras still installs them.
+    import shutil
+    import stat
+
+    root = tmp_path / "a checkout"  # a space in the path, as users have
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "env.sh", root / "scripts" / "env.sh")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    python = root / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/usr/bin/env bash\necho "$*" >> "{root}/calls.log"\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    stamp = root / ".venv" / ".smoothrank-stamp"
+    installs = _sourced(root, "test")
+    assert any("torch==2.13.0" in call for call in installs) and any("[test]" in call for call in installs)
+    made = stamp.read_text().strip()
+    assert made.endswith("-test")
+    assert _sourced(root, "test") == [] and _sourced(root, "") == []  # nothing to do
+    assert stamp.read_text().strip() == made
+    stamp.write_text(made.removesuffix("test") + "\n")  # an environment made by the demo
+    assert any("[test]" in call for call in _sourced(root, "test"))
+    stamp.write_text("0000000000000000-test\n")  # pyproject.toml changed since
+    assert any("torch==2.13.0" in call for call in _sourced(root, ""))

@@ -43,6 +43,14 @@ def test_figure1_curves(tmp_path):
     assert data["with_sinkhorn"][0] > data["with_sinkhorn"][-1]
 
 
+def test_a_device_is_written_in_place_and_other_names_need_png(tmp_path):
+    # training.md: an existing device or FIFO (/dev/null) is written in place, as for predict.
+    plots.neuralndcg_figure1("/dev/null", xs=np.array([0.0, 1.0]))
+    with pytest.raises(SmoothrankError, match=r"--out: expected a \.png file name"):
+        plots.neuralndcg_figure1(tmp_path / "f1.jpg", xs=np.array([0.0, 1.0]))
+    assert not list(tmp_path.iterdir())
+
+
 def test_figure2_small_temperature_recovers_ndcg(tmp_path):
     xs = np.array([-0.5, 1.5, 2.5, 3.5, 6.0])  # away from the ties at 1, 2, 3, 4
     data = plots.neuralndcg_figure2(tmp_path / "f2.png", temperatures=(0.01, 1.0), xs=xs)

@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "KEY=VALUE argument, e.g. optimizer.lr=0.0005 model.hidden=[32,16]. The run directory "
                     "receives config.yaml, metrics.jsonl, checkpoint.pt, model.pt and summary.json.")
     parser.add_argument("config", help="YAML (.yaml/.yml) or TOML (.toml) config file")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--run-dir", help="run directory (default: output.run_dir of the config)")
     parser.add_argument("--resume", action="store_true", help="continue the interrupted run in the run dir")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")

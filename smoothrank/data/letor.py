@@ -485,9 +485,9 @@ def _parse_labels(tokens: list[bytes], lines: list[int], source: str, options: R
         if not np.isfinite(v):
             why = "is not finite"
         elif v != round(v):
-            why = "is not an integer (pass allow_real_labels=True for real-valued labels)"
+            why = "is not an integer (load_letor(..., allow_real_labels=True) reads real-valued labels)"
         else:
-            why = "is negative (pass allow_negative_labels=True to allow it)"
+            why = "is negative (load_letor(..., allow_negative_labels=True) reads negative labels)"
         raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} {why}")
     if np.any(np.abs(values) >= F32_LIMIT):
         i = int(np.argmax(np.abs(values) >= F32_LIMIT))
@@ -614,7 +614,8 @@ def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: n
         if missing:
             raise DataFormatError(f"{source}:{lines[missing[0]]}: missing 'qid:' (expected "
                                   "'<label> qid:<id> <index>:<value> ...'; for a LightGBM file without qid "
-                                  "give query_file=<the .query file>)")
+                                  "put its query sizes in <file>.query beside it, which is read "
+                                  "automatically, or give load_letor(..., query_file=<the .query file>))")
         per_row = acc.qids
     else:
         with_qid = [i for i, q in enumerate(acc.qids) if q is not None]

@@ -139,6 +139,7 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
                           f"{' and '.join(names)} instead")
     if not probe:
         return
+    _import(library, where=where)  # missing: refused with the spec, not after hours of neural runs
     unknown = unknown_params(library, params)
     complaint, unused = _params_complaint(library, objective, params)
     if unknown or unused:
@@ -254,7 +255,7 @@ def _params_complaint(library: str, objective: str, params: dict[str, Any]) -> t
     LightGBM parses and checks its parameters when a Dataset is constructed, XGBoost when a
     Booster is configured: both take milliseconds on a four-row array. Parameters that depend on
     the data (e.g. ``monotone_constraints`` against the feature count) are only checked in
-    training. Without the library installed, the run itself reports it.
+    training. Without the library installed, :func:`check_gbdt` has refused the spec already.
     """
     try:
         module = _import(library)
@@ -329,7 +330,7 @@ def _xgboost_params(objective: str, params: Mapping[str, Any], *, eval_at: int =
             "nthread": num_threads, "tree_method": "hist", **custom, **params}
 
 
-def _import(library: str) -> Any:
+def _import(library: str, *, where: str | None = None) -> Any:
     try:
         if library == "lightgbm":
             import lightgbm
@@ -340,8 +341,11 @@ def _import(library: str) -> Any:
         return xgboost
     except ImportError:
         package = "lightgbm" if library == "lightgbm" else "xgboost-cpu"
-        raise SmoothrankError(f"the {library} baseline needs the optional dependency {library} "
-                              f"(pip install {package})") from None
+        why = (f"the {library} baseline needs the optional dependency {library} (pip install {package}, "
+               "or pip install 'smoothrank[gbdt]'; bash scripts/test installs it)")
+        if where is not None:
+            raise ConfigError(f"{where}.library: {why}") from None
+        raise SmoothrankError(why) from None
 
 
 def _label_levels(library: str, params: Mapping[str, Any]) -> int | None:

@@ -36,14 +36,18 @@ class Prepared:
 
 def _to_tensor(x: Any, name: str) -> Tensor:
     if isinstance(x, Tensor):
-        return x.detach()
-    try:
-        arr = np.asarray(x)
-    except Exception as err:  # pragma: no cover - numpy's own message is kept
-        raise SmoothrankError(f"{name}: cannot be read as an array ({err})") from err
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-        raise SmoothrankError(f"{name}: expected numbers, got an array of dtype {arr.dtype}")
-    return torch.from_numpy(np.ascontiguousarray(arr))
+        t = x.detach()
+    else:
+        try:
+            arr = np.asarray(x)
+        except Exception as err:  # pragma: no cover - numpy's own message is kept
+            raise SmoothrankError(f"{name}: cannot be read as an array ({err})") from err
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise SmoothrankError(f"{name}: expected numbers, got an array of dtype {arr.dtype}")
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+    if t.is_complex():  # casting would drop the imaginary part with only a warning
+        raise SmoothrankError(f"{name}: expected real numbers, got {t.dtype}")
+    return t
 
 
 def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> torch.dtype:

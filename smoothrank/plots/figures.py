@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from smoothrank._atomic import check_destination, write_bytes_atomic
+from smoothrank._atomic import check_destination, is_device_or_fifo, write_bytes_atomic
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 __all__ = [
@@ -48,7 +48,7 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Save ``fig`` as PNG atomically (temporary file in the same folder, then ``os.replace``)."""
     plt = _pyplot()
     out = check_destination(path)  # a missing folder is an error, as for every other output
-    if out.suffix.lower() != ".png":
+    if out.suffix.lower() != ".png" and not is_device_or_fifo(out):  # /dev/null is written in place
         raise SmoothrankError(f"--out: expected a .png file name, got {str(out)!r}")
     buffer = io.BytesIO()
     try:
