@@ -390,6 +390,23 @@ def test_hybrid_is_exact_at_both_ends_and_normal_in_between() -> None:
     torch.testing.assert_close(hybrid_rank_distributions(pi, n_exact=6), exact, rtol=0, atol=0)
 
 
+def test_hybrid_treats_identical_documents_alike() -> None:
+    # Twins (same score, same label) straddling the n_exact boundary: one was exact, the other
+    # normal, and their gradients differed (-0.0156 vs -0.0167).
+    from smoothrank.losses import soft_ndcg
+
+    scores = torch.tensor([[3.0, 0, 0, -2, 1.5, 2.5, 1]], dtype=F64, requires_grad=True)
+    labels = torch.tensor([[0.0, 4, 4, 1, 0, 2, 1]], dtype=F64)
+    soft_ndcg(scores, labels, method="hybrid", n_exact=2).backward()
+    assert scores.grad[0, 1].item() == scores.grad[0, 2].item()
+    pi = pairwise_probabilities(scores.detach(), sigma=1.0)
+    hybrid, exact = hybrid_rank_distributions(pi, n_exact=2), rank_distributions(pi)
+    for j in (0, 1, 2, 3, 5):  # both twins tie with the second lowest score: both exact
+        torch.testing.assert_close(hybrid[0, j], exact[0, j], rtol=0, atol=0)
+    for j in (4, 6):  # the middle: normal
+        assert not torch.allclose(hybrid[0, j], exact[0, j])
+
+
 # ----------------------------------------------------------------------------- shallow discounts
 def test_shallow_discount_family() -> None:
     n = 60
