@@ -497,6 +497,22 @@ def sinkhorn(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | None = No
     return sinkhorn_with_info(matrix, mask=mask, max_iter=max_iter, tol=tol)[0]
 
 
+def _fill_empty_columns(p: Tensor, rf: Tensor, cf: Tensor) -> Tensor:
+    """Set the real entries of every real item column of P-hat whose mass underflowed (all below
+    eps^2) to eps^2, in place; return the mask of entries set.
+
+    At a tiny tau an item one rounding error below another loses both ranks to it (float64 scores
+    have no wider dtype for the logits; see ``_neural_sort_parts``). Sinkhorn would divide by that
+    empty column and return NaN; with the floor (SoftRank's, ``sinkhorn_rank_matrix``) the two
+    items share their ranks, as tied items do. Columns with any mass are left bit for bit.
+    """
+    floor = torch.finfo(p.dtype).eps ** 2
+    empty = (p.amax(-2) < floor) & (cf > 0)
+    filled = empty.unsqueeze(-2) & (rf > 0).unsqueeze(-1)
+    p.masked_fill_(filled, floor)
+    return filled
+
+
 class _NeuralSortBilinear(torch.autograd.Function):
     """Per-query ``left^T scale(P-hat) right``; see ``neural_sort_bilinear``."""
 
@@ -520,6 +536,8 @@ class _NeuralSortBilinear(torch.autograd.Function):
         for lo in range(0, batch, chunk):
             sl = slice(lo, min(lo + chunk, batch))
             p = _phat_chunk(s[sl], b[sl], coef[sl], rows_f[sl], cols_f[sl], tau)
+            if sinkhorn:
+                _fill_empty_columns(p, rows_f[sl], cols_f[sl])
             k, kt, rf, cf, lv, rv = _NeuralSortBilinear._operands(p, rows_f[sl], cols_f[sl], left[sl],
                                                                   right[sl], transposed)
             if sinkhorn:
@@ -543,6 +561,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
             sl = slice(lo, min(lo + chunk, s.shape[0]))
             # Recompute P-hat for this chunk instead of keeping the whole batch's matrices alive.
             p = _phat_chunk(s[sl], b[sl], coef[sl], rows_f[sl], cols_f[sl], tau)
+            filled = _fill_empty_columns(p, rows_f[sl], cols_f[sl]) if sinkhorn else None
             k, kt, _, _, lv, rv = _NeuralSortBilinear._operands(p, rows_f[sl], cols_f[sl], left[sl],
                                                                 right[sl], transposed)
             g = gval[sl].unsqueeze(-1)
@@ -558,6 +577,10 @@ class _NeuralSortBilinear(torch.autograd.Function):
             else:
                 dk = (g * lv).unsqueeze(-1) * rv.unsqueeze(-2)
             dp = dk.transpose(-1, -2) if transposed else dk
+            # The floor does not depend on the scores. (Only where there is one: the copy would
+            # change the layout of dp, hence the order of its sums below, in the last bits.)
+            if filled is not None and bool(filled.any()):
+                dp = dp.masked_fill(filled, 0.0)
             # Softmax backward row by row; padded rows and columns have p = 0 and get nothing.
             dlogits = (dp - (dp * p).sum(-1, keepdim=True)).mul_(p)
             grad_s[sl] = _vecmat(coef[sl].to(dlogits.dtype), dlogits) / tau

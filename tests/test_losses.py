@@ -704,6 +704,27 @@ def test_neural_ndcg_keeps_no_list_by_list_matrix_for_backward(name: str, stocha
     assert torch.isfinite(s.grad).all()
 
 
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed"])
+def test_scores_one_ulp_apart_at_a_tiny_temperature_stay_finite(name: str) -> None:
+    # float64 scores have no wider dtype for the logits: at tau <= 1e-20 the rounding of
+    # (m + 1 - 2r) s_j - B_j outweighs a one-ulp gap, one item takes both ranks and the other's
+    # column is empty; Sinkhorn divided by it and the loss was NaN. Such a column is now floored.
+    hexes = ["-0x1.d212f954dfe86p-1", "-0x1.bc98a6e0e500bp+0", "-0x1.04a6c34e4f95cp+0",
+             "-0x1.d212f954dfe87p-1", "0x1.993a79b5e8e45p-2", "-0x1.3694c4df83ff5p-4",
+             "0x1.f26bde3ecc0efp+0", "0x1.ab53f1158fbe6p-1", "0x1.e7f5d1afcbb57p-2"]  # 0 and 3: one ulp
+    s = torch.tensor([[float.fromhex(h) for h in hexes]], dtype=F64)
+    y = torch.tensor([[3.0, 3, 3, 3, 2, 0, 1, 1, 3]], dtype=F64)
+    column_sums = sorting.neural_sort(s, temperature=1e-20).sum(-2)
+    assert column_sums.min() == 0  # the situation this test is about
+    reference = losses.get(name, temperature=1e-16)(s, y).item()  # still resolved at 1e-16
+    for tau in (1e-20, 1e-40):
+        x = s.clone().requires_grad_()
+        loss = losses.get(name, temperature=tau)(x, y)
+        (g,) = torch.autograd.grad(loss, x)
+        assert torch.isfinite(g).all(), (tau, g)
+        assert loss.item() == pytest.approx(reference, abs=0.01), tau
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 def test_tiny_smoothing_with_tied_scores_gives_finite_gradients(dtype: torch.dtype) -> None:
     """PITFALLS 8: no KL regulariser here, so its analogue is the smoothing strength of every NDCG
