@@ -17,6 +17,8 @@ Relaxation of Sorting", 2021, section 4.1 and 4.2 (Sinkhorn scaling of P-hat).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -102,9 +104,22 @@ def _abs_diff_row_sums(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.zeros_like(b_sorted).scatter(-1, order, b_sorted)
 
 
-def _neural_sort_parts(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Centred scores s, ``B_j = sum_k |s_j - s_k|`` and the per-rank coefficients ``m + 1 - 2r``,
-    in float64 (where the device has it) whatever the scores' dtype.
+def _overflow_shrink(x: Tensor, mask: Tensor) -> float:
+    """A power of two <= 1 by which to scale ``x`` so that sums of ``4 n`` of its real entries
+    (the centre, ``B_j``, ``coef_r s_j``) stay finite in its dtype; 1.0 but near the dtype's limit
+    (float64 scores beyond about 1e305 / n). Scaling by it is exact, and tau is scaled alike."""
+    top = float(torch.where(mask, x.detach().abs(), torch.zeros_like(x)).amax()) if x.numel() else 0.0
+    limit = torch.finfo(x.dtype).max
+    if not math.isfinite(top) or top * 4.0 * x.shape[-1] < limit:
+        return 1.0
+    return 2.0 ** -math.ceil(math.log2(top) + math.log2(4.0 * x.shape[-1]) - math.log2(limit) + 1)
+
+
+def _neural_sort_parts(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
+    """Centred scores s, ``B_j = sum_k |s_j - s_k|``, the per-rank coefficients ``m + 1 - 2r`` and
+    the factor ``shrink`` by which s is scaled (``_overflow_shrink``; the logits are then
+    ``(coef_r s_j - B_j) / (tau * shrink)``), in float64 (where the device has it) whatever the
+    scores' dtype.
 
     The logits of equation 3 are ``(coef_r s_j - B_j) / tau``. Each term is of the order of
     ``m * (score range)`` while what decides between two items is their score gap: in float32
@@ -115,6 +130,9 @@ def _neural_sort_parts(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Te
     """
     wide = wide_dtype(scores.dtype, scores.device)
     x = scores.to(wide)
+    shrink = _overflow_shrink(x, mask)
+    if shrink != 1.0:
+        x = x * shrink
     # P-hat is invariant to a shift of the scores (it adds a constant per row); centring on the
     # real items' mean reduces cancellation in (m + 1 - 2r) s_j - B_j for large scores.
     m_count = mask.sum(-1, keepdim=True)
@@ -124,18 +142,18 @@ def _neural_sort_parts(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Te
     b = _abs_diff_row_sums(s, mask)
     r = torch.arange(1, scores.shape[-1] + 1, device=scores.device, dtype=wide)
     coef = m_count.to(wide) + 1.0 - 2.0 * r  # (batch, n): one coefficient per rank row
-    return s, b, coef
+    return s, b, coef, shrink
 
 
 def _neural_sort_logits(scores: Tensor, mask: Tensor, temperature: float) -> Tensor:
     """Masked logits of equation 3: ``((m + 1 - 2r) s_j - B_j) / tau`` for rank r = 1..m."""
-    s, b, coef = _neural_sort_parts(scores, mask)
+    s, b, coef, shrink = _neural_sort_parts(scores, mask)
     raw = coef.unsqueeze(-1) * s.unsqueeze(-2) - b.unsqueeze(-2)
     rows = rank_mask(mask)
     # Real rows: padded columns get -inf (no mass). Padded rows: all-zero logits (a finite
     # uniform softmax, zeroed afterwards) so that neither forward nor backward meets inf - inf.
     raw = raw.masked_fill(~mask.unsqueeze(-2), float("-inf"))
-    logits = _shift_to_zero_max(raw, scores.dtype) / temperature
+    logits = _shift_to_zero_max(raw, scores.dtype) / (temperature * shrink)
     return torch.where(rows.unsqueeze(-1), logits, torch.zeros_like(logits))
 
 
@@ -619,11 +637,11 @@ def neural_sort_bilinear(scores: Tensor, left: Tensor, right: Tensor, *, mask: T
             raise SmoothrankError(f"{name}: expected a tensor of shape {tuple(scores.shape)}")
     max_iter = check_positive_int(max_iter, "max_iter")
     tol = check_nonnegative(tol, "tol")
-    s, b, coef = _neural_sort_parts(scores, mask)
+    s, b, coef, shrink = _neural_sort_parts(scores, mask)
     dtype = scores.dtype
     rows_f, cols_f = rank_mask(mask).to(dtype), mask.to(dtype)
     left = left.detach().to(dtype) * rows_f
     right = right.detach().to(dtype) * cols_f
-    return _NeuralSortBilinear.apply(s, b, coef, rows_f, cols_f, left, right, tau, bool(sinkhorn),
+    return _NeuralSortBilinear.apply(s, b, coef, rows_f, cols_f, left, right, tau * shrink, bool(sinkhorn),
                                      bool(transposed), int(max_iter), float(tol),
                                      _chunk_size(scores.shape[-1], dtype, scores.device))

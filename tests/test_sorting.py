@@ -84,6 +84,26 @@ def test_neural_sort_finite_at_extremes() -> None:
     torch.testing.assert_close(p, torch.full((1, 5, 5), 0.2))
 
 
+@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed"])
+def test_scores_near_the_float64_limit_give_the_exact_ndcg(name: str) -> None:
+    # sum_k |s_j - s_k| (and the centre) overflowed to inf once n max|s| passed 1.8e308: NaN loss and
+    # gradients. The scores are now scaled by a power of two, and tau with them.
+    from smoothrank import losses
+    from smoothrank.metrics import ndcg
+
+    cases = [(torch.tensor([[1e308, -1e308, 1.0]], dtype=torch.float64), torch.tensor([[0.0, 1, 2]])),
+             ((torch.arange(10.0, dtype=torch.float64) - 4.5)[None] * 1e307, torch.arange(10.0)[None] % 3)]
+    for scores, labels in cases:
+        labels = labels.double()
+        x = scores.clone().requires_grad_()
+        loss = losses.get(name)(x, labels)
+        (g,) = torch.autograd.grad(loss, x)
+        assert loss.item() == pytest.approx(-ndcg(scores, labels).item(), abs=1e-12)
+        assert torch.isfinite(g).all()
+        p = sorting.neural_sort(scores)
+        assert torch.equal(p.argmax(-1), scores.argsort(-1, descending=True))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 @pytest.mark.parametrize("where", ["front", "middle", "end"])
 @pytest.mark.parametrize("scale", [1e7, 1e16, 1e30])
