@@ -54,7 +54,8 @@ def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> t
     if dtype is not None:
         if not dtype.is_floating_point:
             raise SmoothrankError(f"dtype: expected a floating dtype, got {dtype}")
-        return dtype
+        # evaluate's default float64 on a device without it (Apple's MPS): its widest, float32
+        return wide_dtype(torch.float32, scores.device) if dtype == torch.float64 else dtype
     # Follow the inputs; float64 wins so that exact inputs are never rounded. Half precision is
     # widened to float32: it cannot even count ranks past 256 (bfloat16) or 2048 (float16).
     # Integer scores (timestamps, counts) are exact too: float64 where the device has it, since

@@ -64,6 +64,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.pairwise import default_mask, pair_mask
 
@@ -160,7 +161,8 @@ def _fft_points(n: int) -> int:
 
 def _fft_frequencies(n_points: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
     """``z_k = exp(-2 pi i k / N) - 1`` for k = 0..(N-1)/2 and the weights ``c_k`` of the conjugate half."""
-    k = torch.arange((n_points + 1) // 2, device=device, dtype=torch.float64)
+    # float64 where the device has it (Apple's MPS has neither float64 nor complex128)
+    k = torch.arange((n_points + 1) // 2, device=device, dtype=wide_dtype(torch.float32, device))
     angle = 2.0 * math.pi * k / n_points
     z = torch.complex(torch.cos(angle) - 1.0, -torch.sin(angle))
     weight = torch.full_like(k, 2.0)
