@@ -982,6 +982,34 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
     assert "pair only on the same data" in capsys.readouterr().err
 
 
+def test_compare_keeps_to_the_runs_of_the_folders_spec(letor_files, tmp_path, capsys):
+    # Runs of seeds a spec no longer has stay in the folder; compare paired them in, unlike the summary.
+    gbdt = [{"library": "lightgbm", "objective": objective, "num_boost_round": 10,
+             "params": {"min_data_in_leaf": 5, "bagging_fraction": 0.6, "bagging_freq": 1}}
+            for objective in ("lambdarank", "rank_xendcg")]
+    both, one = (_spec_dict(letor_files, losses=[], models=[], gbdt=gbdt, baseline=None, seeds=seeds)
+                 for seeds in ([0, 1], [0]))
+    folders = {}
+    for name, data in (("both", both), ("one", one), ("shrunk", both)):
+        spec_path = tmp_path / f"{name}.yaml"
+        spec_path.write_text(yaml.safe_dump(data))
+        folders[name] = tmp_path / name
+        assert cli_main(["experiment", str(spec_path), "--out", str(folders[name]), "--quiet"]) == 0
+    (tmp_path / "shrunk.yaml").write_text(yaml.safe_dump(one))  # the same folder, seed 1 dropped
+    assert cli_main(["experiment", str(tmp_path / "shrunk.yaml"), "--out", str(folders["shrunk"]),
+                     "--quiet"]) == 0
+    capsys.readouterr()
+
+    def compared(folder: Path) -> dict:
+        assert cli_main(["compare", str(folder), "lightgbm-lambdarank", "lightgbm-rank_xendcg",
+                         "--metrics", "ndcg@5", "--format", "json"]) == 0
+        return json.loads(capsys.readouterr().out)["ndcg@5"]
+
+    assert compared(folders["shrunk"]) == compared(folders["one"])
+    # ... which matters: seed 1's runs change the comparison (seed runs are averaged per query).
+    assert compared(folders["both"])["mean_difference"] != compared(folders["one"])["mean_difference"]
+
+
 def test_compare_pairs_queries_within_a_dataset():
     """Two datasets of one experiment with the same folds and query ids (e.g. MQ2007 and MQ2008):
     a query of one dataset never pairs with the same id of the other."""
@@ -1165,6 +1193,59 @@ def test_an_interrupted_run_of_other_settings_is_refused_before_the_grid(letor_f
         assert f"{out / 'runs' / cell.run_id}: an interrupted run made with other settings" in err
         assert "optimizer.lr" in err and "delete the run folder" in err
     assert not (out / "spec.yaml").exists() and not (out / "summary.md").exists()
+
+
+def test_an_interrupted_run_resumes_only_on_the_same_data_and_settings(letor_files, tmp_path, capsys):
+    # A review found interrupted runs checked by their checkpoint's config, which holds the data
+    # *paths*: new data at the same path resumed the old training (a result of neither), another
+    # num_threads resumed too, and a folder copied with its data elsewhere was refused. The run's
+    # fingerprint (data by contents) is now recorded in cell.json when it starts, and compared.
+    import shutil
+
+    data_dir = tmp_path / "a" / "data"
+    shutil.copytree(letor_files, data_dir)
+    data = _spec_dict(data_dir, gbdt=[], baseline=None)
+    spec_path = tmp_path / "a" / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "a" / "out"
+    assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
+    (cell,) = expand(spec_from_dict(data))
+    run_dir = out / "runs" / cell.run_id
+    finished = json.loads((run_dir / "result.json").read_text())
+    assert json.loads((run_dir / "cell.json").read_text())["fingerprint"] == cell.fingerprint()
+
+    def interrupt(folder: Path) -> None:  # as if killed after its last checkpoint
+        (folder / "runs" / cell.run_id / "result.json").unlink()
+        (folder / "runs" / cell.run_id / "scores.npz").unlink()
+
+    # Copied elsewhere with its data (other paths, same contents): resumes to the same result.
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    interrupt(tmp_path / "b" / "out")
+    moved = _spec_dict(tmp_path / "b" / "data", gbdt=[], baseline=None)
+    (tmp_path / "b" / "spec.yaml").write_text(yaml.safe_dump(moved))
+    assert cli_main(["experiment", str(tmp_path / "b" / "spec.yaml"), "--out", str(tmp_path / "b" / "out"),
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    again = json.loads((tmp_path / "b" / "out" / "runs" / cell.run_id / "result.json").read_text())
+    assert again["selection"]["resumed"] is True and again["metrics"] == finished["metrics"]
+
+    interrupt(out)
+    # Other training data at the same path, or another thread count: refused, dry run too.
+    train_file = data_dir / "train.txt"
+    original = train_file.read_text()
+    train_file.write_text(original.replace("qid:", "qid:9", 1))
+    threads = {**data, "num_threads": 2}
+    for changed, fragment in ((data, "settings.config.data.train"), (threads, "num_threads")):
+        spec_path.write_text(yaml.safe_dump(changed))
+        for extra in (["--dry-run"], ["--quiet"]):
+            assert cli_main(["experiment", str(spec_path), "--out", str(out), *extra]) == 2
+            err = capsys.readouterr().err
+            assert "an interrupted run made with other settings or data" in err and fragment in err, err
+        train_file.write_text(original)
+    # The Python API, which does not check the folder first, fails that run instead of mixing.
+    outcome = run_experiment(spec_from_dict(threads), out)
+    assert list(outcome.failed) == [cell.run_id] and "num_threads" in outcome.failed[cell.run_id]
+    assert not (run_dir / "result.json").exists()
 
 
 @pytest.mark.parametrize(("name", "n_runs"), [("mq2008", 140), ("mq2008_ensemble", 100),

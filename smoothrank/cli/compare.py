@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,11 +118,27 @@ def _shown(value: float, spec: str) -> str:
 
 
 def _results(out: Path) -> list[dict[str, Any]]:
-    from smoothrank.experiments import load_results
+    """The folder's results, limited to the runs and ensembles of its ``spec.yaml`` when it has one:
+    runs of seeds, folds or methods that the spec no longer has are left in the folder (the runner
+    never deletes), and pairing them in would differ from the summary's t-test."""
+    from smoothrank.errors import SmoothrankError
+    from smoothrank.experiments import expand, load_results, load_spec
+    from smoothrank.experiments.ensemble import plan_ensembles
 
     if not (out / "runs").is_dir():
         raise CLIError(f"{out}: not an experiment output folder (no runs/ inside)")
-    return load_results(out, ensembles=True)
+    results = load_results(out, ensembles=True)
+    if not (out / "spec.yaml").is_file():
+        return results
+    try:
+        spec = load_spec(out / "spec.yaml")
+        cells = expand(spec)
+    except SmoothrankError as err:
+        print(f"smoothrank: warning: {out / 'spec.yaml'} cannot be read ({err}); comparing every run in "
+              f"{out / 'runs'}", file=sys.stderr)
+        return results
+    wanted = {c.run_id for c in cells} | {p.ensemble_id for p in plan_ensembles(spec, cells)}
+    return [r for r in results if r.get("run_id") in wanted]
 
 
 def _check_same_data(results: list[dict[str, Any]], method_a: str, method_b: str, where: str) -> None:

@@ -57,6 +57,7 @@ from smoothrank.experiments.spec import Cell, ExperimentSpec
 __all__ = ["RESULT_FILE", "ExperimentOutcome", "check_out_dir", "load_results", "read_result", "run_cell",
            "run_experiment", "write_json"]
 
+CELL_FILE = "cell.json"  # a neural run's identity, written when it starts
 RESULT_FILE = "result.json"
 SPLITS = ("train", "valid", "test")
 
@@ -173,6 +174,11 @@ def _run_neural(cell: Cell, run_dir: Path, *,
     splits = load_splits(cell.settings["config"]["data"])
     train_dir = run_dir / "train"
     resume = (train_dir / "checkpoint.pt").is_file()
+    _check_interrupted(cell, run_dir)  # also when called without check_out_dir (the Python API)
+    if not resume:  # what this run is, before its first checkpoint: a resume is checked against it
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / CELL_FILE, {"run_id": cell.run_id, "fingerprint": cell.fingerprint(),
+                                         "identity": cell.identity()})
     # The test split is withheld from the trainer: it is scored once below, after selection.
     fit_splits = {k: v for k, v in splits.items() if k != "test"}
     result = train(config, run_dir=train_dir, resume=resume, quiet=quiet, splits=fit_splits)
@@ -404,19 +410,41 @@ def check_out_dir(spec: ExperimentSpec, out_dir: str | Path) -> None:
             _check_interrupted(cell, Path(out_dir) / "runs" / cell.run_id)
 
 
-def _check_interrupted(cell: Cell, run_dir: Path) -> None:
-    """Refuse an interrupted neural run (a checkpoint, no result) that the spec now sets otherwise:
-    resuming it would fail in every later attempt, after the grid had started."""
-    if not (run_dir / "train" / "checkpoint.pt").is_file():
-        return
-    from smoothrank.training.config import config_from_dict
-    from smoothrank.training.trainer import checkpoint_changes
+def _stored_identity(run_dir: Path) -> dict[str, Any] | None:
+    """The cell identity a neural run recorded when it started (None: none, or unreadable)."""
+    try:
+        stored = json.loads((run_dir / CELL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return stored if isinstance(stored, dict) and isinstance(stored.get("fingerprint"), str) else None
 
-    config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
-    changes = checkpoint_changes(config, run_dir / "train")
-    if changes:
-        raise ConfigError(f"{run_dir}: an interrupted run made with other settings than the spec now gives "
-                          f"({changes}); use another --out folder or delete the run folder to redo it")
+
+def _check_interrupted(cell: Cell, run_dir: Path) -> None:
+    """Refuse an interrupted neural run (a checkpoint, no result) that the spec now sets otherwise,
+    or whose data files' contents changed: resuming would mix two settings in one result.
+
+    The run's fingerprint, recorded in ``cell.json`` when it started, is compared, so data moved
+    to another path resumes and ``num_threads`` counts. A run interrupted before runs recorded it
+    (2026-11-24) is compared by the checkpoint's config, paths included."""
+    if not any((run_dir / part / "checkpoint.pt").is_file() for part in ("train", "refit")):
+        return
+    stored = _stored_identity(run_dir)
+    if stored is not None:
+        if stored["fingerprint"] == cell.fingerprint():
+            return
+        from smoothrank.training.trainer import config_differences
+
+        changes = "; ".join(config_differences(stored.get("identity"), cell.identity())) or "its fingerprint"
+    else:
+        from smoothrank.training.config import config_from_dict
+        from smoothrank.training.trainer import checkpoint_changes
+
+        config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
+        changes = checkpoint_changes(config, run_dir / "train")
+        if not changes:
+            return
+    raise ConfigError(f"{run_dir}: an interrupted run made with other settings or data than the spec now "
+                      f"gives ({changes}); use another --out folder or delete the run folder to redo it")
 
 
 def run_experiment(spec: ExperimentSpec, out_dir: str | Path, *, workers: int = 1,

@@ -362,12 +362,10 @@ class Cell(_Strict):
         fold = f"fold{self.fold}" if self.fold is not None else "files"
         return f"{self.dataset}--{fold}--{self.method}--seed{self.seed}"
 
-    def fingerprint(self) -> str:
-        """SHA-256 of everything that determines the result (a finished run with another is stale).
-
-        Data files enter by their contents, not their paths, so that an experiment folder and its
-        data can move (another checkout, another machine) and still resume.
-        """
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines the result, as JSON: the cell with each data file replaced by
+        the SHA-256 of its contents (so that an experiment folder and its data can move to another
+        checkout or machine and still resume)."""
         dumped = self.model_dump(mode="json")
         settings = dumped["settings"]
         for data in (settings.get("data"), settings.get("config", {}).get("data")):
@@ -375,7 +373,11 @@ class Cell(_Strict):
                 for split in ("train", "valid", "test"):
                     if isinstance(data.get(split), str):
                         data[split] = _file_digest(data[split])
-        blob = json.dumps(dumped, sort_keys=True, default=str)
+        return dumped
+
+    def fingerprint(self) -> str:
+        """SHA-256 of :meth:`identity` (a finished or interrupted run with another is stale)."""
+        blob = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
 

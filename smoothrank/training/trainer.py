@@ -300,18 +300,30 @@ def _comparable(config: Config) -> dict[str, Any]:
 
 
 _UNSET = object()
+_DATA_PATHS = ("train", "valid", "test")
 
 
-def _config_changes(state: dict[str, Any], config: Config) -> str:
-    """How ``config`` differs from the one a checkpoint ``state`` was saved with ("" if it does not)."""
-    if state.get("config") == _comparable(config):
+def _without_data_paths(dumped: Any) -> Any:
+    if not (isinstance(dumped, dict) and isinstance(dumped.get("data"), dict)):
+        return dumped
+    return {**dumped, "data": {k: v for k, v in dumped["data"].items() if k not in _DATA_PATHS}}
+
+
+def _config_changes(state: dict[str, Any], config: Config, *, paths: bool = True) -> str:
+    """How ``config`` differs from the one a checkpoint ``state`` was saved with ("" if it does not).
+    ``paths=False`` leaves the data file paths out: a caller that hands the splits over vouches for
+    the data (the experiment runner compares the files' contents)."""
+    run, now = state.get("config"), _comparable(config)
+    if not paths:
+        run, now = _without_data_paths(run), _without_data_paths(now)
+    if run == now:
         return ""
-    return "; ".join(_differences(state.get("config"), _comparable(config)))
+    return "; ".join(config_differences(run, now))
 
 
 def checkpoint_changes(config: Config, run_dir: str | Path) -> str:
     """How ``config`` differs from the one of the checkpoint in ``run_dir`` ("" if it does not, or
-    if there is no checkpoint): a resume would refuse it. The experiment runner asks before a grid."""
+    if there is no checkpoint): a resume would refuse it."""
     path = Path(run_dir) / CHECKPOINT
     if not path.is_file():
         return ""
@@ -322,12 +334,12 @@ def checkpoint_changes(config: Config, run_dir: str | Path) -> str:
     return _config_changes(state, config) if isinstance(state, dict) else ""
 
 
-def _differences(run: Any, now: Any, prefix: str = "", limit: int = 5) -> list[str]:
+def config_differences(run: Any, now: Any, prefix: str = "", limit: int = 5) -> list[str]:
     """``key: X in the run, Y now`` for the first ``limit`` dotted keys where two configs differ."""
     if isinstance(run, dict) and isinstance(now, dict):
         found: list[str] = []
         for key in sorted(set(run) | set(now), key=str):
-            found += _differences(run.get(key, _UNSET), now.get(key, _UNSET), f"{prefix}{key}.", limit)
+            found += config_differences(run.get(key, _UNSET), now.get(key, _UNSET), f"{prefix}{key}.", limit)
         return found[:limit]
     if run == now:
         return []
@@ -361,7 +373,8 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
     run_dir : path, optional
         Defaults to ``config.output.run_dir``.
     resume : bool
-        Continue from ``run_dir/checkpoint.pt`` (the config must match the saved one).
+        Continue from ``run_dir/checkpoint.pt`` (the config must match the saved one; with
+        ``splits``, all but ``data.train/valid/test``, which are not read then).
     splits : mapping, optional
         Pre-loaded datasets ``{"train", "valid"?, "test"?}`` instead of ``config.data``.
     loss_fn : callable, optional
@@ -391,7 +404,7 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
         if not checkpoint_path.is_file():
             raise ConfigError(f"--resume: no checkpoint in {run_path}")
         state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        changes = _config_changes(state, config)
+        changes = _config_changes(state, config, paths=splits is None)
         if changes:
             raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path} "
                               f"({changes}); give the run's settings, or start a new run elsewhere")
