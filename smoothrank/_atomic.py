@@ -33,6 +33,30 @@ def _mode(path: Path) -> int | None:
         return None
 
 
+@contextlib.contextmanager
+def folder_lock(folder: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the existing ``folder`` (flock on the folder itself: no
+    lock file is left behind); a second holder is refused at once with a :class:`SmoothrankError`
+    naming the folder. Two processes writing one run or experiment folder would run everything
+    twice, and a resuming one removed the other's temporary files mid-write. Without ``fcntl``
+    (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SmoothrankError(f"{folder} is in use by another smoothrank process ({what}); wait for "
+                                  "it to end, or use another folder") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def is_device_or_fifo(path: Path) -> bool:
     """Whether ``path`` is an existing device or FIFO (e.g. ``/dev/null``), written in place."""
     mode = _mode(path)

@@ -5,6 +5,7 @@ import importlib.util
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -127,3 +128,15 @@ def assert_spec_problems(data: dict, fragments: list[str], *, source: str = "spe
         spec_from_dict(data, source=source)
     for fragment in fragments:
         assert fragment in str(info.value), fragment
+
+
+def hold_folder_lock(folder: Path, ready: Any, go: Path) -> None:
+    """Another process's lock on ``folder`` (a fork target): held from ``ready`` until ``go`` exists."""
+    import time
+
+    from smoothrank._atomic import folder_lock
+
+    with folder_lock(folder, "a test holder"):
+        ready.set()
+        while not go.exists():
+            time.sleep(0.05)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import write_fold1_slices
+from conftest import hold_folder_lock, write_fold1_slices
 
 from smoothrank.cli import main
 
@@ -251,3 +251,40 @@ def test_evaluate_and_predict_regroup_a_file_whose_queries_are_apart(letor, tmp_
                      str(tmp_path / f"{name}.out"), *extra]) == 0
     apart_scores = np.loadtxt(tmp_path / "apart.out")
     np.testing.assert_array_equal(apart_scores[order], np.loadtxt(tmp_path / "together.out"))
+
+
+def test_a_run_folder_in_use_by_another_process_is_refused(letor, tmp_path, capsys):
+    # A review found no lock: a second command resumed the same run, deleted the first one's
+    # temporary checkpoint mid-write (its rename then failed) and trained everything twice.
+    import multiprocessing
+
+    from smoothrank._atomic import folder_lock
+
+    run_dir = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", letor, run_dir, training={
+        "epochs": 3, "batch_size": 8, "list_size": 16, "num_threads": 1})
+    from smoothrank.training import load_config, train
+
+    train(load_config(config), run_dir=run_dir, quiet=True, stop_after_epoch=1)
+    in_flight = run_dir / ".checkpoint.pt.0123456789abcdef.tmp"
+    in_flight.write_bytes(b"being written")
+    # The other process holds the folder until told to let go.
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    holder = context.Process(target=hold_folder_lock, args=(run_dir, ready, tmp_path / "go"))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        assert main(["train", str(config), "--quiet", "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert f"{run_dir} is in use by another smoothrank process (a training run)" in err, err
+        assert in_flight.read_bytes() == b"being written"  # left alone
+    finally:
+        (tmp_path / "go").touch()
+        holder.join(30)
+    assert holder.exitcode == 0
+    with folder_lock(run_dir, "test"):  # released with its holder
+        pass
+    assert main(["train", str(config), "--quiet", "--resume"]) == 0
+    assert not in_flight.exists()  # a stale temporary file once nobody holds the folder
+

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from smoothrank._atomic import write_bytes_atomic
+from smoothrank._atomic import folder_lock, write_bytes_atomic
 from smoothrank.cli import CLIError
 
 
@@ -79,7 +79,7 @@ def _ensemble_state(plan: Any, stored: Path, finished: set[str], convention: str
 
 
 def run(args: Any) -> int:
-    from smoothrank.experiments import expand, load_spec, run_experiment, write_reports
+    from smoothrank.experiments import expand, load_spec
     from smoothrank.experiments.runner import check_out_dir, finished_result
 
     if args.out is not None and not args.out.strip():
@@ -106,6 +106,15 @@ def run(args: Any) -> int:
         return 0
     check_out_dir(spec, out)  # a folder of other settings is refused before spec.yaml is replaced
     out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, "an experiment"):  # one experiment command per folder at a time
+        return _run_locked(args, spec, out)
+
+
+def _run_locked(args: Any, spec: Any, out: Path) -> int:
+    from smoothrank.experiments import run_experiment, write_reports
+    from smoothrank.experiments.runner import check_out_dir
+
+    check_out_dir(spec, out)  # again under the lock: another command may have run in between
     write_bytes_atomic(out / "spec.yaml", Path(args.spec).read_bytes())
 
     def log(message: str) -> None:

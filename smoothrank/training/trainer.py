@@ -15,6 +15,7 @@ self-contained artifact, see :mod:`smoothrank.training.artifact`), ``summary.jso
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -32,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from smoothrank import __version__
-from smoothrank._atomic import blocking_file
+from smoothrank._atomic import blocking_file, folder_lock
 from smoothrank.errors import ConfigError, SmoothrankError, SmoothrankWarning
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text
@@ -384,6 +385,15 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
     on_epoch : callable, optional
         Called with each epoch's log row (the demo's progress lines).
     """
+    # The run folder is locked from the moment it is touched until the run returns or fails.
+    with contextlib.ExitStack() as held:
+        return _train(config, held, run_dir=run_dir, resume=resume, quiet=quiet, splits=splits,
+                      loss_fn=loss_fn, stop_after_epoch=stop_after_epoch, on_epoch=on_epoch)
+
+
+def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | None, resume: bool,
+           quiet: bool, splits: Mapping[str, Any] | None, loss_fn: Callable[..., Tensor] | None,
+           stop_after_epoch: int | None, on_epoch: Callable[[dict[str, Any]], None] | None) -> TrainResult:
     run_path = _run_path(run_dir if run_dir is not None else config.output.run_dir)
     # Everything that can be checked is checked before the run directory is touched.
     loss = loss_fn if loss_fn is not None else build_loss(config)
@@ -408,6 +418,7 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
         if changes:
             raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path} "
                               f"({changes}); give the run's settings, or start a new run elsewhere")
+        held.enter_context(folder_lock(run_path, "a training run"))  # before touching its files
         # A run killed while writing leaves a hidden temporary file; the previous file is intact.
         for stale_tmp in run_path.glob(".*.tmp"):
             stale_tmp.unlink()
@@ -465,6 +476,10 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
             history = state["history"]
         else:
             run_path.mkdir(parents=True, exist_ok=True)
+            held.enter_context(folder_lock(run_path, "a training run"))
+            if checkpoint_path.exists():  # another process started this run since the check above
+                raise ConfigError(f"{run_path} already holds a run; pass --resume to continue it or choose "
+                                  "another output.run_dir")
             atomic_write_text(run_path / CONFIG_FILE, dump_config(config))
         writer = writer_cls(str(run_path / "tensorboard")) if writer_cls is not None else None
 
