@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 import gzip
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -130,8 +132,8 @@ def assert_spec_problems(data: dict, fragments: list[str], *, source: str = "spe
         assert fragment in str(info.value), fragment
 
 
-def hold_folder_lock(folder: Path, ready: Any, go: Path) -> None:
-    """Another process's lock on ``folder`` (a fork target): held from ``ready`` until ``go`` exists."""
+
+def _hold_folder_lock(folder: Path, ready: Any, go: Path) -> None:
     import time
 
     from smoothrank._atomic import folder_lock
@@ -140,3 +142,21 @@ def hold_folder_lock(folder: Path, ready: Any, go: Path) -> None:
         ready.set()
         while not go.exists():
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def folder_held_by_another_process(folder: Path, scratch: Path) -> Iterator[None]:
+    """While inside, a forked process holds ``folder``'s lock (smoothrank._atomic.folder_lock)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    ready, go = context.Event(), scratch / "go"
+    holder = context.Process(target=_hold_folder_lock, args=(folder, ready, go))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        yield
+    finally:
+        go.touch()
+        holder.join(30)
+    assert holder.exitcode == 0

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import hold_folder_lock, write_fold1_slices
+from conftest import folder_held_by_another_process, write_fold1_slices
 
 from smoothrank.cli import main
 
@@ -256,8 +256,6 @@ def test_evaluate_and_predict_regroup_a_file_whose_queries_are_apart(letor, tmp_
 def test_a_run_folder_in_use_by_another_process_is_refused(letor, tmp_path, capsys):
     # A review found no lock: a second command resumed the same run, deleted the first one's
     # temporary checkpoint mid-write (its rename then failed) and trained everything twice.
-    import multiprocessing
-
     from smoothrank._atomic import folder_lock
 
     run_dir = tmp_path / "run"
@@ -268,21 +266,11 @@ def test_a_run_folder_in_use_by_another_process_is_refused(letor, tmp_path, caps
     train(load_config(config), run_dir=run_dir, quiet=True, stop_after_epoch=1)
     in_flight = run_dir / ".checkpoint.pt.0123456789abcdef.tmp"
     in_flight.write_bytes(b"being written")
-    # The other process holds the folder until told to let go.
-    context = multiprocessing.get_context("fork")
-    ready = context.Event()
-    holder = context.Process(target=hold_folder_lock, args=(run_dir, ready, tmp_path / "go"))
-    holder.start()
-    try:
-        assert ready.wait(30)
+    with folder_held_by_another_process(run_dir, tmp_path):
         assert main(["train", str(config), "--quiet", "--resume"]) == 2
         err = capsys.readouterr().err
         assert f"{run_dir} is in use by another smoothrank process (a training run)" in err, err
         assert in_flight.read_bytes() == b"being written"  # left alone
-    finally:
-        (tmp_path / "go").touch()
-        holder.join(30)
-    assert holder.exitcode == 0
     with folder_lock(run_dir, "test"):  # released with its holder
         pass
     assert main(["train", str(config), "--quiet", "--resume"]) == 0

@@ -984,28 +984,18 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
 
 def test_an_output_folder_in_use_by_another_command_is_refused(letor_files, tmp_path, capsys):
     # Two commands on one folder ran every cell twice (and could delete each other's temporary files).
-    import multiprocessing
-
-    from conftest import hold_folder_lock
+    from conftest import folder_held_by_another_process
 
     data = _spec_dict(letor_files, losses=[], models=[], baseline=None)
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
     out.mkdir()
-    context = multiprocessing.get_context("fork")
-    ready = context.Event()
-    holder = context.Process(target=hold_folder_lock, args=(out, ready, tmp_path / "go"))
-    holder.start()
-    try:
-        assert ready.wait(30)
+    with folder_held_by_another_process(out, tmp_path):
         assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 2
         assert f"{out} is in use by another smoothrank process (an experiment)" in capsys.readouterr().err
         assert list(out.iterdir()) == []  # not even spec.yaml
         assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0  # reads only
-    finally:
-        (tmp_path / "go").touch()
-        holder.join(30)
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
 
 
