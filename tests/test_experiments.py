@@ -1017,14 +1017,34 @@ def test_compare_keeps_to_the_runs_of_the_folders_spec(letor_files, tmp_path, ca
                      "--quiet"]) == 0
     capsys.readouterr()
 
-    def compared(folder: Path) -> dict:
+    def compared(folder: Path, *extra: str) -> dict:
         assert cli_main(["compare", str(folder), "lightgbm-lambdarank", "lightgbm-rank_xendcg",
-                         "--metrics", "ndcg@5", "--format", "json"]) == 0
+                         "--metrics", "ndcg@5", "--format", "json", *extra]) == 0
         return json.loads(capsys.readouterr().out)["ndcg@5"]
 
     assert compared(folders["shrunk"]) == compared(folders["one"])
     # ... which matters: seed 1's runs change the comparison (seed runs are averaged per query).
     assert compared(folders["both"])["mean_difference"] != compared(folders["one"])["mean_difference"]
+    assert compared(folders["shrunk"], "--all-runs") == compared(folders["both"])
+    # Two specs, one method each, written into one folder: the first one's runs are named, not lost.
+    for objective in ("lambdarank", "rank_xendcg"):
+        only = _spec_dict(letor_files, losses=[], models=[], baseline=None, seeds=[0],
+                          gbdt=[g for g in gbdt if g["objective"] == objective])
+        (tmp_path / "only.yaml").write_text(yaml.safe_dump(only))
+        assert cli_main(["experiment", str(tmp_path / "only.yaml"), "--out", str(tmp_path / "mixed"),
+                         "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli_main(["compare", str(tmp_path / "mixed"), "lightgbm-lambdarank", "lightgbm-rank_xendcg"]) == 2
+    err = capsys.readouterr().err
+    assert "method_a: the runs of 'lightgbm-lambdarank'" in err and "--all-runs" in err, err
+    assert compared(tmp_path / "mixed", "--all-runs") == compared(folders["one"])
+
+
+def test_compare_names_the_runners_plan_file():
+    from smoothrank.cli import compare
+    from smoothrank.experiments import runner
+
+    assert compare.PLAN_FILE == runner.PLAN_FILE  # two definitions: the CLI does not import the runner
 
 
 def test_compare_pairs_queries_within_a_dataset():

@@ -478,6 +478,11 @@ def test_rmse_of_huge_errors_is_finite_with_its_gradient() -> None:
     assert loss.item() == pytest.approx(want, rel=1e-6)
     # d/ds_0 of sqrt(((5 sigmoid(s_0) - 1e20)^2 + e_1^2) / 2) is about -5/4 / sqrt(2).
     assert s.grad[0, 0].item() == pytest.approx(-1.25 / math.sqrt(2), rel=1e-5)
+    for dtype, error in ((torch.float32, 1.8e38), (F64, 1e308)):  # past 2^127 (2^1023): the scale too
+        x = torch.zeros(1, 2, dtype=dtype, requires_grad=True)
+        value = losses.rmse(x, torch.tensor([[error, 0.0]], dtype=dtype))
+        (g,) = torch.autograd.grad(value, x)
+        assert value.item() == pytest.approx(error / math.sqrt(2), rel=1e-6) and torch.isfinite(g).all()
 
 
 def test_padding_labels_can_be_anything() -> None:

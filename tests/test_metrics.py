@@ -305,6 +305,9 @@ def test_flat_evaluation_takes_model_outputs_as_they_come():
     assert padded.tolist()[1][:2] == [0.75, 0.375] and mask.tolist() == [[True] * 3, [True, True, False]]
     with pytest.raises(SmoothrankError, match="scores"):
         evaluate_flat(["a", "b"], [0.0, 1.0], offsets=[0, 2])
+    for complex_scores in (torch.tensor([1 + 5j, 2]), np.array([1 + 5j, 2])):
+        with pytest.raises(SmoothrankError, match="scores: expected real numbers"):
+            evaluate_flat(complex_scores, [0.0, 1.0], offsets=[0, 2])
 
 
 @pytest.mark.parametrize(("call", "argument"), [

@@ -407,6 +407,22 @@ def test_hybrid_treats_identical_documents_alike() -> None:
         assert not torch.allclose(hybrid[0, j], exact[0, j])
 
 
+def test_hybrid_keeps_its_cost_bound_when_many_documents_tie() -> None:
+    # Taking every twin of the boundary document made a list with 1500 equal documents nearly all
+    # exact (7x the time); such a group is now left whole to the normal approximation.
+    from smoothrank.softrank.normal import _extreme_documents
+
+    mean = torch.cat([torch.full((1500,), -20.0), torch.linspace(-10, 10, 500)])[None].to(F64)
+    mask = torch.ones_like(mean, dtype=torch.bool)
+    chosen = _extreme_documents(mean, mask, 10)[0]
+    assert not chosen[:1500].any()  # the tied group at the low end is treated alike: approximated
+    assert chosen[-10:].all() and int(chosen.sum()) == 10  # the high end's 10 distinct documents
+    # A small group at the boundary is taken whole: 8 distinct lowest, then 4 twins at the 10th place.
+    mean = torch.cat([torch.arange(8.0), torch.full((4,), 8.0), torch.arange(9.0, 100.0)])[None].to(F64)
+    chosen = _extreme_documents(mean, torch.ones_like(mean, dtype=torch.bool), 10)[0]
+    assert chosen[:12].all() and int(chosen.sum()) == 22
+
+
 # ----------------------------------------------------------------------------- shallow discounts
 def test_shallow_discount_family() -> None:
     n = 60

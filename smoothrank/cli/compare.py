@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 from smoothrank.cli import CLIError
+
+PLAN_FILE = "plan.json"  # = smoothrank.experiments.runner.PLAN_FILE (not imported: CLI start-up)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -35,6 +36,9 @@ def add_parser(subparsers: Any) -> None:
                         help="comma-separated metrics stored by the experiment (default: every one stored)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level, in (0, 1)")
     parser.add_argument("--format", default="table", choices=("table", "json"))
+    parser.add_argument("--all-runs", action="store_true",
+                        help="use every run in the folder, also those of earlier specs written into it "
+                             "(default: the runs of the last experiment, as its summary)")
     parser.set_defaults(func=run)
 
 
@@ -43,13 +47,17 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0.0 < args.alpha < 1.0:  # also refuses nan
         raise CLIError(f"--alpha: expected a number between 0 and 1 (exclusive), got {args.alpha}")
-    results = _results(Path(args.out))
+    results, left_out = _results(Path(args.out), all_runs=args.all_runs)
+    _check_present(results, left_out, args.method_a, "method_a", args.out)
+    if args.b_out is None:
+        _check_present(results, left_out, args.method_b, "method_b", args.out)
     method_b = args.method_b
     if args.b_out is not None:
         if not any(r["method"] == args.method_a for r in results):
             raise CLIError(f"method_a: no finished run of {args.method_a!r} in {args.out}; methods: "
                            f"{sorted({r['method'] for r in results})}")
-        results_b = _results(Path(args.b_out))
+        results_b, left_out_b = _results(Path(args.b_out), all_runs=args.all_runs)
+        _check_present(results_b, left_out_b, args.method_b, "method_b", args.b_out)
         method_b = f"{args.method_b} ({args.b_out})"
         results = [r for r in results if r["method"] == args.method_a] + \
                   [{**r, "method": method_b} for r in results_b if r["method"] == args.method_b]
@@ -117,28 +125,34 @@ def _shown(value: float, spec: str) -> str:
     return "n/a" if math.isnan(value) else format(value, spec)
 
 
-def _results(out: Path) -> list[dict[str, Any]]:
-    """The folder's results, limited to the runs and ensembles of its ``spec.yaml`` when it has one:
-    runs of seeds, folds or methods that the spec no longer has are left in the folder (the runner
-    never deletes), and pairing them in would differ from the summary's t-test."""
-    from smoothrank.errors import SmoothrankError
-    from smoothrank.experiments import expand, load_results, load_spec
-    from smoothrank.experiments.ensemble import plan_ensembles
+def _results(out: Path, *, all_runs: bool = False) -> tuple[list[dict[str, Any]], set[str]]:
+    """The folder's results, limited to the runs and ensembles of the last experiment written into it
+    (``plan.json``, written with ``spec.yaml``) unless ``all_runs``, as the summary is; and the
+    methods of the runs left out. Runs of seeds, folds or methods that the spec no longer has stay in
+    ``runs/`` (the runner never deletes). A folder without ``plan.json`` (made before 2026-11-24, or
+    by the Python API) is read whole."""
+    from smoothrank.experiments import load_results
 
     if not (out / "runs").is_dir():
         raise CLIError(f"{out}: not an experiment output folder (no runs/ inside)")
     results = load_results(out, ensembles=True)
-    if not (out / "spec.yaml").is_file():
-        return results
+    plan_path = out / PLAN_FILE
+    if all_runs or not plan_path.is_file():
+        return results, set()
     try:
-        spec = load_spec(out / "spec.yaml")
-        cells = expand(spec)
-    except SmoothrankError as err:
-        print(f"smoothrank: warning: {out / 'spec.yaml'} cannot be read ({err}); comparing every run in "
-              f"{out / 'runs'}", file=sys.stderr)
-        return results
-    wanted = {c.run_id for c in cells} | {p.ensemble_id for p in plan_ensembles(spec, cells)}
-    return [r for r in results if r.get("run_id") in wanted]
+        plan = json.loads(plan_path.read_text(encoding="utf-8"))
+        wanted = set(plan["runs"]) | set(plan["ensembles"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CLIError(f"{plan_path}: damaged ({err}); delete it, or pass --all-runs") from None
+    kept = [r for r in results if r.get("run_id") in wanted]
+    return kept, {r["method"] for r in results if r.get("run_id") not in wanted}
+
+
+def _check_present(results: list[dict[str, Any]], left_out: set[str], method: str, argument: str,
+                   out: str) -> None:
+    if method in left_out and not any(r["method"] == method for r in results):
+        raise CLIError(f"{argument}: the runs of {method!r} in {out} are not in the last experiment written "
+                       f"there ({Path(out) / PLAN_FILE} lists its runs); pass --all-runs to use them")
 
 
 def _check_same_data(results: list[dict[str, Any]], method_a: str, method_b: str, where: str) -> None:

@@ -111,11 +111,16 @@ def run(args: Any) -> int:
 
 
 def _run_locked(args: Any, spec: Any, out: Path) -> int:
-    from smoothrank.experiments import run_experiment, write_reports
-    from smoothrank.experiments.runner import check_out_dir
+    from smoothrank.experiments import expand, run_experiment, write_reports
+    from smoothrank.experiments.ensemble import plan_ensembles
+    from smoothrank.experiments.runner import PLAN_FILE, check_out_dir
 
     check_out_dir(spec, out)  # again under the lock: another command may have run in between
     write_bytes_atomic(out / "spec.yaml", Path(args.spec).read_bytes())
+    cells = expand(spec)  # what `compare` reads of this folder, as the summary does
+    plan = {"runs": [c.run_id for c in cells],
+            "ensembles": [p.ensemble_id for p in plan_ensembles(spec, cells)]}
+    write_bytes_atomic(out / PLAN_FILE, (json.dumps(plan, indent=1) + "\n").encode())
 
     def log(message: str) -> None:
         if not args.quiet:

@@ -54,10 +54,11 @@ from smoothrank._atomic import write_text_atomic
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.experiments.spec import Cell, ExperimentSpec
 
-__all__ = ["RESULT_FILE", "ExperimentOutcome", "check_out_dir", "load_results", "read_result", "run_cell",
-           "run_experiment", "write_json"]
+__all__ = ["PLAN_FILE", "RESULT_FILE", "ExperimentOutcome", "check_out_dir", "load_results", "read_result",
+           "run_cell", "run_experiment", "write_json"]
 
 CELL_FILE = "cell.json"  # a neural run's identity, written when it starts
+PLAN_FILE = "plan.json"  # the run and ensemble ids of the last experiment written into a folder
 RESULT_FILE = "result.json"
 SPLITS = ("train", "valid", "test")
 

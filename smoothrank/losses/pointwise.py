@@ -29,7 +29,7 @@ def rmse(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reductio
     # so the detached scale leaves value and gradient exact; a power of two, so not even rounding
     # changes.
     largest = diff.detach().abs().amax(-1, keepdim=True)
-    scale = torch.ldexp(torch.ones_like(largest), torch.frexp(largest).exponent)
+    scale = torch.ldexp(torch.full_like(largest, 0.5), torch.frexp(largest).exponent)  # 2^(e-1), finite
     scale = torch.where(torch.isfinite(scale) & (largest > 0), scale, torch.ones_like(scale))
     m = mask.sum(-1).to(scores.dtype)
     mse = C.safe_divide(((diff / scale) ** 2).sum(-1), m, m > 0)

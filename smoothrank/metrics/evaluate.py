@@ -153,7 +153,11 @@ def docno_descending_order(doc_ids: Sequence[str], offsets: Any) -> np.ndarray:
 def _flat_float64(values: Any, name: str) -> np.ndarray:
     """Flat float64 NumPy copy of a tensor (any device, dtype, grad) or array-like."""
     if isinstance(values, Tensor):
+        if values.is_complex():
+            raise SmoothrankError(f"{name}: expected real numbers, got {values.dtype}")
         return values.detach().to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
+    if np.iscomplexobj(values):
+        raise SmoothrankError(f"{name}: expected real numbers, got complex ones")
     try:
         return np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as err:
