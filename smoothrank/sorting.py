@@ -130,7 +130,8 @@ def _neural_sort_parts(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Te
     """
     wide = wide_dtype(scores.dtype, scores.device)
     x = scores.to(wide)
-    shrink = _overflow_shrink(x, mask)
+    # Only scores as wide as the logits can come near the overflow; the check costs a device sync.
+    shrink = _overflow_shrink(x, mask) if wide == scores.dtype else 1.0
     if shrink != 1.0:
         x = x * shrink
     # P-hat is invariant to a shift of the scores (it adds a constant per row); centring on the
