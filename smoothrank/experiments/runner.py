@@ -172,10 +172,10 @@ def _run_neural(cell: Cell, run_dir: Path, *,
 
     # probe_loss=False: the spec check probed the loss options already, once for the whole grid.
     config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
+    _check_interrupted(cell, run_dir)  # also when called without check_out_dir (the Python API)
     splits = load_splits(cell.settings["config"]["data"])
     train_dir = run_dir / "train"
     resume = (train_dir / "checkpoint.pt").is_file()
-    _check_interrupted(cell, run_dir)  # also when called without check_out_dir (the Python API)
     if not resume:  # what this run is, before its first checkpoint: a resume is checked against it
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json(run_dir / CELL_FILE, {"run_id": cell.run_id, "fingerprint": cell.fingerprint(),
