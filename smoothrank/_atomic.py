@@ -52,6 +52,8 @@ def folder_lock(folder: Path, what: str) -> Iterator[None]:
         except BlockingIOError:
             raise SmoothrankError(f"{folder} is in use by another smoothrank process ({what}); wait for "
                                   "it to end, or use another folder") from None
+        except OSError:  # a file system without locks (some network mounts): go on unlocked
+            pass
         yield
     finally:
         os.close(fd)
