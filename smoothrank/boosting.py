@@ -126,15 +126,32 @@ def _flat(values: Any, argument: str, n: int | None = None) -> np.ndarray:
 
 
 def _sizes(group_sizes: Any, n_docs: int) -> np.ndarray:
-    sizes = np.asarray(group_sizes).reshape(-1)
+    try:
+        sizes = np.asarray(group_sizes).reshape(-1)
+    except ValueError:  # ragged nesting
+        raise SmoothrankError("group_sizes: expected a flat sequence of positive integer query sizes"
+                              ) from None
     if sizes.size == 0 or not np.issubdtype(sizes.dtype, np.number) or (sizes != np.round(sizes)).any() \
-            or (sizes < 1).any():
-        raise SmoothrankError("group_sizes: expected positive integer query sizes")
+            or (sizes < 1).any() or (sizes > n_docs).any():
+        raise SmoothrankError("group_sizes: expected positive integer query sizes, none above the "
+                              f"{n_docs} documents")
     sizes = sizes.astype(np.int64)
     if int(sizes.sum()) != n_docs:
         raise SmoothrankError(f"group_sizes: the queries hold {int(sizes.sum())} documents, the scores "
                               f"{n_docs}")
     return sizes
+
+
+def _check_dtype_device(dtype: Any, device: Any) -> None:
+    """Raise :class:`SmoothrankError` naming ``dtype`` or ``device`` unless they are a floating
+    ``torch.dtype`` and a device torch can parse (whether it is present is the probe's to find)."""
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise SmoothrankError(f"dtype: expected a floating torch.dtype (e.g. torch.float64), got {dtype!r}")
+    if device is not None:
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise SmoothrankError(f"device: {err}") from None
 
 
 def _check_min_hessian(min_hessian: Any) -> None:
@@ -166,7 +183,8 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
         for each of its documents; any loss, two more gradient passes)
     min_hessian : the floor of the diagonal and curvature Hessians (> 0). At its default, a
         ``RuntimeWarning`` says when most queries' curvature is below it (their steps are then
-        bounded by the floor alone); a value set by the caller is taken as the chosen bound.
+        bounded by the floor alone); any other value is taken as a chosen bound and not warned
+        of (the default passed explicitly is the default).
     dtype, device : where the loss is computed
     chunk_items : padded slots per batch of similar-length queries (memory bound)
 
@@ -178,6 +196,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     if hessian not in HESSIANS:
         raise SmoothrankError(f"hessian: expected one of {HESSIANS}, got {hessian!r}")
     _check_min_hessian(min_hessian)
+    _check_dtype_device(dtype, device)
     if not isinstance(chunk_items, int | np.integer) or isinstance(chunk_items, bool) or chunk_items < 1:
         raise SmoothrankError(f"chunk_items: expected a positive integer, got {chunk_items!r}")
     s = _flat(scores, "scores")
@@ -290,10 +309,15 @@ def _batch_grad_curvature(fn: Callable[..., Any], scores: torch.Tensor, labels: 
                           mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradient, and each query's curvature along it (broadcast over its real documents)."""
     # Common random numbers: the three gradient passes replay one draw, so that a loss that draws
-    # is differenced at fixed draws instead of across two independent samples.
+    # is differenced at fixed draws instead of across two independent samples. A loss bound to its
+    # own generator (``generator=0``) draws from it, not from the global one: it is rewound too.
     seed = int(torch.randint(0, 2**62, (), device="cpu"))
+    generators = _bound_generators(fn)
+    start = [g.get_state() for g in generators]
 
     def gradient(at: torch.Tensor) -> torch.Tensor:
+        for g, state in zip(generators, start, strict=True):
+            g.set_state(state)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             at = at.detach().requires_grad_(True)
@@ -313,19 +337,37 @@ def _batch_grad_curvature(fn: Callable[..., Any], scores: torch.Tensor, labels: 
     return grad, curvature.expand_as(grad).masked_fill(~mask, 0.0)
 
 
+def _bound_generators(fn: Callable[..., Any]) -> list[torch.Generator]:
+    """The ``torch.Generator`` options a bound loss (``losses.get``) draws from."""
+    return [v for v in getattr(fn, "options", {}).values() if isinstance(v, torch.Generator)]
+
+
 def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
-                    min_hessian: float = _MIN_HESSIAN, **options: Any) -> None:
+                    min_hessian: float = _MIN_HESSIAN, dtype: torch.dtype = torch.float64,
+                    device: str | torch.device | None = None, **options: Any) -> None:
     """Raise :class:`SmoothrankError` if ``loss`` (with ``options``) cannot give a booster ``hessian``.
 
     The loss is computed once on a tiny problem, so that a bad option value, or a loss that autograd
     cannot differentiate twice under ``hessian="diagonal"``, fails before training. A loss that
-    draws random numbers draws them from a forked generator: the caller's is left as it was.
+    draws random numbers draws them from a forked generator, and a bound loss's own generator is
+    rewound: the caller's draws are left as they were.
     """
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-        # the flat-curvature warning is about training data, not about this probe
-        warnings.filterwarnings("ignore", "hessian='curvature'", RuntimeWarning)
-        boosting_gradients(loss, [0.5, 0.0, -0.5], [1.0, 0.0, 2.0], [3], hessian=hessian,
-                           min_hessian=min_hessian, **options)
+    generators = _bound_generators(loss)
+    start = [g.get_state() for g in generators]
+    try:
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            # the flat-curvature warning is about training data, not about this probe
+            warnings.filterwarnings("ignore", "hessian='curvature'", RuntimeWarning)
+            try:
+                boosting_gradients(loss, [0.5, 0.0, -0.5], [1.0, 0.0, 2.0], [3], hessian=hessian,
+                                   min_hessian=min_hessian, dtype=dtype, device=device, **options)
+            except (RuntimeError, AssertionError) as err:  # torch's own: e.g. a device not present
+                if device is None:
+                    raise
+                raise SmoothrankError(f"device: {device!r} cannot compute the loss ({err})") from None
+    finally:
+        for g, state in zip(generators, start, strict=True):
+            g.set_state(state)
 
 
 def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
@@ -338,7 +380,7 @@ def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "consta
     from its ``label`` and ``weight``.
     """
     fn = _bind(loss, options)
-    check_objective(fn, hessian=hessian, min_hessian=min_hessian)
+    check_objective(fn, hessian=hessian, min_hessian=min_hessian, dtype=dtype, device=device)
 
     def objective(preds: np.ndarray, train_data: Any) -> tuple[np.ndarray, np.ndarray]:
         group = train_data.get_group()
@@ -373,7 +415,7 @@ class _RankerObjective:
         self.loss, self.options = loss, dict(options)
         self.hessian, self.min_hessian, self.dtype, self.device = hessian, min_hessian, dtype, device
         self._fn = _bind(loss, self.options)
-        check_objective(self._fn, hessian=hessian, min_hessian=min_hessian)
+        check_objective(self._fn, hessian=hessian, min_hessian=min_hessian, dtype=dtype, device=device)
 
     def __call__(self, y_true: np.ndarray, y_pred: np.ndarray, weight: Any, group: Any
                  ) -> tuple[np.ndarray, np.ndarray]:
@@ -407,7 +449,7 @@ def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constan
     list starts tied at 0 and the intercept does not move.
     """
     fn = _bind(loss, options)
-    check_objective(fn, hessian=hessian, min_hessian=min_hessian)
+    check_objective(fn, hessian=hessian, min_hessian=min_hessian, dtype=dtype, device=device)
 
     def objective(preds: np.ndarray, dtrain: Any) -> tuple[np.ndarray, np.ndarray]:
         ptr = np.asarray(dtrain.get_uint_info("group_ptr"), dtype=np.int64)

@@ -276,6 +276,12 @@ def test_ties_huge_scores_and_a_single_document_give_finite_values():
     ({"loss": "no_such_loss"}, "unknown loss 'no_such_loss'"),
     ({"temperature": 1.0, "loss": losses.get("neural_ndcg")}, "options ['temperature'] are for a loss given"),
     ({"loss": 3}, "loss: expected a loss name or a callable"),
+    # A review found these reached torch or numpy (TypeError, "inhomogeneous shape", a cast warning).
+    ({"dtype": "float32"}, "dtype: expected a floating torch.dtype"),
+    ({"dtype": torch.int64}, "dtype: expected a floating torch.dtype"),
+    ({"device": "gpu0"}, "device: "),
+    ({"group_sizes": [[2], [3, 0]]}, "group_sizes: expected a flat sequence"),
+    ({"group_sizes": [1e30]}, "group_sizes: expected positive integer query sizes, none above"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     args = {"loss": "list_net", "scores": np.zeros(5), "labels": [1.0, 0.0, 0.0, 2.0, 0.0],
@@ -619,3 +625,47 @@ def test_a_spec_sets_the_hessian_floor_of_a_loss_objective(letor_files, tmp_path
         warnings.simplefilter("error", RuntimeWarning)  # a floor set in the spec is not warned of
         run_experiment(floored_spec, tmp_path / "out")
     assert floors == [0.5]
+
+
+def test_curvature_replays_a_bound_generator_across_its_three_passes():
+    # A loss bound to its own generator (generator=0) drew new tie-breaks in each of the three passes,
+    # so the secant measured the noise between two samples (up to 50x the curvature).
+    from smoothrank.boosting import check_objective
+
+    rng = np.random.default_rng(0)
+    s, y = rng.normal(size=18), rng.integers(0, 2, size=18).astype(float)  # ties: ListMLE draws
+    got = boosting_gradients(losses.get("list_mle", generator=0), s, y, [6, 6, 6], hessian="curvature")
+    fn = losses.get("list_mle", generator=0)
+    generator = fn.options["generator"]
+    start = generator.get_state()
+    scores, labels = torch.tensor(s).view(3, 6), torch.tensor(y).view(3, 6)
+
+    def grad(at: torch.Tensor) -> torch.Tensor:  # every pass from the same generator state
+        generator.set_state(start)
+        at = at.detach().requires_grad_()
+        return torch.autograd.grad(fn(at, labels, reduction="sum"), at)[0]
+
+    g0 = grad(scores)
+    norm = g0.norm(dim=-1, keepdim=True)
+    direction = torch.where(norm > 0, g0 / norm.clamp_min(1e-300), 0.0)
+    step = 0.01 * scores.abs().amax(-1, keepdim=True).clamp_min(1.0)
+    curvature = (direction * (grad(scores + step * direction) - grad(scores - step * direction))
+                 / (2 * step)).sum(-1)
+    np.testing.assert_allclose(got[0], g0.flatten().numpy(), rtol=1e-12)
+    live = norm.squeeze(-1).numpy() > 0  # a query without gradient (equal labels) gets no Hessian
+    want = np.where(live, np.maximum(curvature.abs().numpy(), 1e-6), 0.0)
+    assert live.sum() == 2
+    np.testing.assert_allclose(got[1].reshape(3, 6)[:, 0], want, rtol=1e-10)
+    # The adapters' up-front probe leaves a bound generator where it was.
+    before = generator.get_state()
+    check_objective(fn, hessian="curvature")
+    assert torch.equal(generator.get_state(), before)
+
+
+def test_the_adapters_refuse_a_bad_dtype_or_device_when_made():
+    # They accepted dtype="float32" and failed with torch's TypeError inside the booster's callback.
+    for make in (boosting.lightgbm_objective, boosting.lgbm_ranker_objective, boosting.xgboost_objective):
+        with pytest.raises(SmoothrankError, match=r"dtype: expected a floating torch\.dtype"):
+            make("list_net", dtype="float32")
+        with pytest.raises(SmoothrankError, match="device: "):
+            make("list_net", device="gpu0")
