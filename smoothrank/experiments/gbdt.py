@@ -137,6 +137,11 @@ def check_gbdt(library: str, objective: str, params: Mapping[str, Any] | None = 
         raise ConfigError(f"{where}.params: {[_named(library, key) for key in shadowed]} would be ignored: "
                           f"the harness sets {names} itself, which {library} takes over an alias; write "
                           f"{' and '.join(names)} instead")
+    by_query = [k for k in params if canonical_param(library, k) == "bagging_by_query" and params[k]]
+    if library == "lightgbm" and is_loss_objective(library, objective) and by_query:
+        # LightGBM then grows one-leaf trees for any custom objective (its own lambdarank splits).
+        raise ConfigError(f"{where}.params: {by_query[0]}: LightGBM grows only one-leaf trees with it for a "
+                          "custom objective such as a smoothrank loss; use bagging_fraction instead")
     if not probe:
         return
     _import(library, where=where)  # missing: refused with the spec, not after hours of neural runs
