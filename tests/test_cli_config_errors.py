@@ -211,7 +211,8 @@ def test_spec_refuses_run_settings_its_own_keys_set(folds):
     ({"library": "xgboost", "objective": "rank:ndcg", "params": {"eta": "x"}}, "learning_rate"),
     ({"library": "xgboost", "objective": "rank:ndcg", "params": {"max_depth": -2}}, "max_depth"),
     # LightGBM grows one-leaf trees for any custom objective with it (a review; its lambdarank splits)
-    ({"library": "lightgbm", "objective": "list_net", "params": {"bagging_by_query": True}}, "one-leaf trees"),
+    ({"library": "lightgbm", "objective": "list_net", "params": {"bagging_by_query": True}},
+     "one-leaf trees"),
 ])
 def test_gbdt_params_the_library_refuses_fail_in_dry_run(folds, tmp_path, capsys, gbdt, fragment):
     spec = _spec(tmp_path, folds, losses=[], models=[], gbdt=[gbdt])
