@@ -32,6 +32,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _args import positive_int
+from _args import sizes as sizes_arg
+
 REPO = Path(__file__).resolve().parent.parent
 PEER_DIR = Path("/tmp/smoothrank_bench_allrank")
 SIZES = [(64, 30), (64, 240), (16, 1000)]
@@ -192,14 +195,15 @@ def run_case(impl: str, name: str, b: int, n: int, device: str, repeats: int) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per case (after a warm-up)")
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed repetitions per case (after a warm-up)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-peer", action="store_true", help="skip allRank")
     parser.add_argument("--peer-large", action="store_true",
                         help="also run allRank and the naive reference at 16 x 1000 (~7 GiB, ~40 s each)")
     parser.add_argument("--losses", default=",".join(OURS), help="comma-separated smoothrank losses")
-    parser.add_argument("--sizes", default=",".join(f"{b}x{n}" for b, n in SIZES),
+    parser.add_argument("--sizes", type=sizes_arg, default=",".join(f"{b}x{n}" for b, n in SIZES),
                         help="comma-separated batch x list sizes, e.g. 64x240,16x1000")
     args = parser.parse_args(argv)
     if args.worker:
@@ -217,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     if peer_note:
         print(f"# note: {peer_note}")
     cases = []
-    sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
-    for b, n in sizes:
+    for b, n in args.sizes:
         large = n >= 1000
         for name in args.losses.split(","):
             cases.append(("ours", name, b, n))

@@ -5,7 +5,8 @@ Usage: OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_neuralsort_prec
 
 For float32 scores, ``smoothrank.sorting`` forms P-hat's logits ``((m + 1 - 2r) s_j - B_j) / tau``
 and their softmax in float64 (``smoothrank._devices.wide_dtype``). The "float32 logits" variant
-below patches that choice back to the scores' dtype, which is what the code did before.
+below patches that choice back to the scores' dtype; "no column floor" also removes the floor of
+empty P-hat columns before Sinkhorn (2026-11-24), which is what the code did before 2026-11-23.
 
 1. Cost: forward + backward of ``neural_ndcg`` and ``neural_ndcg_transposed`` (temperature 1,
    Sinkhorn on, 30 iterations) at each size, both variants interleaved, median of ``--rounds``.
@@ -28,13 +29,17 @@ from smoothrank import losses, metrics, sorting
 
 
 @contextmanager
-def float32_logits():
-    saved = sorting.wide_dtype
+def float32_logits(floor: bool = True):
+    """The logits in the scores' dtype; without ``floor``, also without the eps^2 floor of empty
+    P-hat columns (2026-11-24), which rescues float32 logits too: the code before 2026-11-23."""
+    saved, saved_fill = sorting.wide_dtype, sorting._fill_empty_columns
     sorting.wide_dtype = lambda dtype, device: dtype
+    if not floor:
+        sorting._fill_empty_columns = lambda p, rf, cf: torch.zeros_like(p, dtype=torch.bool)
     try:
         yield
     finally:
-        sorting.wide_dtype = saved
+        sorting.wide_dtype, sorting._fill_empty_columns = saved, saved_fill
 
 
 def _step(name: str, scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -72,7 +77,8 @@ def accuracy(device: str) -> None:
     print("|---|---|---|---|---|")
     for scale in (1.0, 1e4):
         for tau in (1e-2, 1e-4, 1e-6):
-            for label, patch in (("float64 logits", False), ("float32 logits", True)):
+            for label, patch in (("float64 logits", None), ("float32 logits", True),
+                                 ("float32 logits, no column floor", False)):
                 bad, gap = 0, 0.0
                 for seed in range(20):
                     gen = torch.Generator().manual_seed(seed)
@@ -80,8 +86,8 @@ def accuracy(device: str) -> None:
                     y = torch.randint(0, 3, (8, 200), generator=gen).float().to(device)
                     mask = (torch.rand(8, 200, generator=gen) < 0.8).to(device)
                     exact = metrics.ndcg(s.detach().double(), y.double(), mask=mask).item()
-                    if patch:
-                        with float32_logits():
+                    if patch is not None:
+                        with float32_logits(floor=patch):
                             loss = losses.neural_ndcg(s, y, mask=mask, temperature=tau)
                             loss.backward()
                     else:

@@ -27,6 +27,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _args import positive_int, size_text
+from _args import size as size_of
+
 CASES = {
     "soft_ndcg exact": {"loss": "soft_ndcg", "options": {"method": "exact"}},
     "soft_ndcg exact@10": {"loss": "soft_ndcg", "options": {"method": "exact", "k": 10}},
@@ -122,8 +125,7 @@ def report_targets(at_size: dict[str, list[dict]]) -> None:
 
 
 def parse_size(text: str) -> tuple[int, int]:
-    batch, n = text.lower().split("x")
-    return int(batch), int(n)
+    return size_of(text)
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -136,17 +138,18 @@ def write_json_atomic(path: Path, data: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=["64x240", "64x30", "64x100", "16x1000"])
+    parser.add_argument("--sizes", nargs="+", type=size_text,
+                        default=["64x240", "64x30", "64x100", "16x1000"])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=3, help="timed repetitions per subprocess")
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--reps", type=positive_int, default=3, help="timed repetitions per subprocess")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
     parser.add_argument("--out", type=Path, help="write the raw results as JSON")
     parser.add_argument("--no-peer", action="store_true", help="skip allRank")
     parser.add_argument("--peer-large", action="store_true",
                         help="also run allRank at n >= 1000 (about 7 GiB and 35 s per repetition)")
-    parser.add_argument("--peer-reps", type=int, default=2, help="timed repetitions of allRank")
+    parser.add_argument("--peer-reps", type=positive_int, default=2, help="timed repetitions of allRank")
     args = parser.parse_args(argv)
     if args.no_peer and PEER_CASE in args.cases:
         args.cases.remove(PEER_CASE)

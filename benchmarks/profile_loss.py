@@ -13,11 +13,27 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from smoothrank import losses
+
+
+def _option_value(text: str) -> Any:
+    """A number (int or float), true/false, none, or the word itself."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def main() -> None:
@@ -32,8 +48,10 @@ def main() -> None:
     args = parser.parse_args()
     options = {}
     for pair in filter(None, args.options.split(",")):
-        key, value = pair.split("=")
-        options[key] = int(value) if value.isdigit() else value
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--options: expected key=value pairs, got {pair!r}")
+        options[key] = _option_value(value)
     fn = losses.get(args.loss, **options)
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(args.batch, args.n, generator=g).to(args.device)
@@ -67,7 +85,11 @@ def main() -> None:
     print(f"{args.loss} {options} on {args.device}, {args.batch} x {args.n}: {wall * 1e3:.1f} ms per call")
     if cuda:
         kernels = sum(e.count for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-        busy = sum(e.self_device_time_total for e in events) / args.calls / 1e3
+        # Device events only, as PyTorch's own table sums them: a CPU op also carries its kernels'
+        # time, so summing every row counted it about twice (a review, 2026-11-24).
+        device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+                  and not e.is_user_annotation]
+        busy = sum(e.self_device_time_total for e in device) / args.calls / 1e3
         print(f"{kernels / args.calls:.0f} device kernels per call, {busy:.1f} ms of device time per call")
     print(events.table(sort_by=key, row_limit=args.rows))
 

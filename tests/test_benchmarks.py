@@ -37,7 +37,8 @@ CASES = [
     ("bench_neuralsort_precision.py", ["--rounds", "1", "--sizes", "4x8"], ["float64 logits"]),
     ("thread_invariance.py", ["--threads", "2"],
      ["| operation | output | gradients |", "| MLP 128-64, dropout 0.1, 32 lists of 60 | 0 | 0 |"]),
-    ("profile_loss.py", ["--loss", "neural_ndcg", "--batch", "4", "--n", "8", "--calls", "1", "--rows", "5"],
+    ("profile_loss.py", ["--loss", "neural_ndcg", "--options", "temperature=0.5,k=3", "--batch", "4",
+                         "--n", "8", "--calls", "1", "--rows", "5"],
      ["Self CPU time total"]),
 ]
 
@@ -53,5 +54,18 @@ def test_benchmark_script_runs(shared_dir, script, args, expected):
 
 
 def test_every_benchmark_script_is_smoke_tested():
-    scripts = {path.name for path in (REPO / "benchmarks").glob("*.py")}
+    scripts = {path.name for path in (REPO / "benchmarks").glob("*.py") if not path.name.startswith("_")}
     assert scripts == {case[0] for case in CASES}
+
+
+@pytest.mark.parametrize(("script", "args", "fragment"), [
+    ("bench_losses.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
+    ("bench_losses.py", ["--rounds", "0"], "--rounds: expected a positive integer"),
+    ("bench_softrank.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
+    ("profile_loss.py", ["--options", "k"], "--options: expected key=value pairs"),
+])
+def test_bad_flags_are_one_line_errors(script, args, fragment):
+    # A review found raw ValueError tracebacks, and --rounds 0 printing "failed" rows with status 0.
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and fragment in done.stderr and "Traceback" not in done.stderr, done.stderr
