@@ -56,28 +56,6 @@ def _workers(text: str, num_threads: int) -> int:
     return workers
 
 
-def _ensemble_state(plan: Any, stored: Path, finished: set[str], convention: str) -> str:
-    """What a run would do with one ensemble: members still to run come first, then the stored
-    result is kept only if it was built from the members' current settings."""
-    waiting = sum(c.run_id not in finished for c in plan.members)
-    if waiting:
-        return f"to build (after {waiting} of its {len(plan.members)} member runs)"
-    try:
-        result = json.loads(stored.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "to build"
-    if not isinstance(result, dict) or not isinstance(result.get("ensemble"), dict):
-        return "to build"
-    stored_plan = result["ensemble"]
-    same = (result.get("method") == plan.label and result.get("convention") == convention
-            and stored_plan.get("normalize") == plan.normalize
-            and stored_plan.get("members") == [c.run_id for c in plan.members]
-            and stored_plan.get("member_fingerprints") == [c.fingerprint() for c in plan.members]
-            and stored_plan.get("weights") == (list(plan.weights) if plan.weights is not None else None)
-            and stored_plan.get("learner") == (dict(plan.learner) if plan.learner is not None else None))
-    return "built" if same else "to rebuild (its settings or members changed)"
-
-
 def run(args: Any) -> int:
     from smoothrank.experiments import expand, load_spec
     from smoothrank.experiments.runner import check_out_dir, finished_result
@@ -88,8 +66,7 @@ def run(args: Any) -> int:
     args.workers = _workers(args.workers, spec.num_threads)
     out = Path(args.out) if args.out is not None else Path("runs") / "experiments" / spec.name
     if args.dry_run:
-        from smoothrank.experiments.ensemble import ENSEMBLES_DIR, plan_ensembles
-        from smoothrank.experiments.runner import RESULT_FILE
+        from smoothrank.experiments.ensemble import ensemble_state, plan_ensembles
 
         check_out_dir(spec, out)  # what the run would refuse, the dry run refuses
         cells = expand(spec)
@@ -100,8 +77,7 @@ def run(args: Any) -> int:
                 state = "to run (resumes from its checkpoint)"
             print(f"{cell.run_id}\t{state}")
         for plan in plan_ensembles(spec, cells):
-            state = _ensemble_state(plan, out / ENSEMBLES_DIR / plan.ensemble_id / RESULT_FILE, finished,
-                                    spec.convention)
+            state = ensemble_state(plan, out, finished, convention=spec.convention)
             print(f"{plan.ensemble_id}\tensemble, {state}")
         return 0
     check_out_dir(spec, out)  # a folder of other settings is refused before spec.yaml is replaced

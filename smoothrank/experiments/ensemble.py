@@ -42,8 +42,8 @@ from smoothrank.experiments import stacking
 from smoothrank.experiments.spec import Cell, ExperimentSpec, LearnerSpec
 
 __all__ = ["ENSEMBLES_DIR", "NORMALIZATIONS", "SCORES_FILE", "EnsemblePlan", "build_ensemble",
-           "combine_scores", "ensemble_label", "member_scores", "normalize_scores", "plan_ensembles",
-           "read_scores", "write_scores"]
+           "combine_scores", "ensemble_label", "ensemble_state", "member_scores", "normalize_scores",
+           "plan_ensembles", "read_scores", "write_scores"]
 
 NORMALIZATIONS = ("zscore", "rank", "none")
 SCORES_FILE = "scores.npz"
@@ -363,6 +363,33 @@ def _learned_blend(plan: EnsemblePlan, members: Sequence[Mapping[str, np.ndarray
                "cross_fit_weights": [[float(w) for w in f.weights] for f in part_fits],
                "fit": fit.summary(), "cross_fits": [f.summary() for f in part_fits]}
     return combined, learned
+
+
+def ensemble_state(plan: EnsemblePlan, out_dir: str | Path, finished: set[str], *, convention: str) -> str:
+    """What running the experiment would do with one ensemble (``--dry-run``): ``"to build (after k
+    of its N member runs)"`` while members are unfinished, else ``"built"`` if the stored ensemble was
+    made from the members' current settings (as :func:`build_ensemble` would reuse it; the members'
+    scores are not read), ``"to rebuild (...)"`` or ``"to build"``."""
+    from smoothrank.experiments.runner import RESULT_FILE
+
+    waiting = sum(c.run_id not in finished for c in plan.members)
+    if waiting:
+        return f"to build (after {waiting} of its {len(plan.members)} member runs)"
+    try:
+        result = json.loads((Path(out_dir) / ENSEMBLES_DIR / plan.ensemble_id / RESULT_FILE)
+                            .read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "to build"
+    if not isinstance(result, dict) or not isinstance(result.get("ensemble"), dict):
+        return "to build"
+    stored = result["ensemble"]
+    same = (result.get("method") == plan.label and result.get("convention") == convention
+            and stored.get("normalize") == plan.normalize
+            and stored.get("members") == [c.run_id for c in plan.members]
+            and stored.get("member_fingerprints") == [c.fingerprint() for c in plan.members]
+            and stored.get("weights") == (list(plan.weights) if plan.weights is not None else None)
+            and stored.get("learner") == (dict(plan.learner) if plan.learner is not None else None))
+    return "built" if same else "to rebuild (its settings or members changed)"
 
 
 def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str, Mapping[str, Any]], *,

@@ -24,7 +24,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -289,9 +289,9 @@ def _missing_runs(rows: Sequence[dict[str, Any]], dataset: str) -> dict[str, str
     return out
 
 
-def _shown_label(method: str, missing: Mapping[str, str]) -> str:
+def _shown_label(method: str, missing: str | None) -> str:
     """A method's label in the tables, with what it lacks (its failed runs) when it lacks something."""
-    return f"{method} ({missing[method]})" if method in missing else method
+    return f"{method} ({missing})" if missing else method
 
 
 def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: dict[str, dict[str, float]],
@@ -307,7 +307,7 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
         cells = [("–" if math.isnan(r["test"][m]) else f"{r['test'][m]:.4f}")
                  + (" ✓" if r["beats"][m] else "") for m in targets]
         verdict = "yes" if r["beats_all"] else "no"
-        label = f"{r['method']} ({r['missing']})" if r["missing"] else r["method"]
+        label = _shown_label(r["method"], r["missing"])
         lines.append(f"| {label} | {valid} | " + " | ".join(cells) + f" | {verdict} |")
     best_values = {m: max(p[m] for p in published.values() if m in p) for m in targets}
     best = [f"{m}: {v:.4f}" for m, v in best_values.items()]
@@ -394,7 +394,7 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
                       "|---|" + "---|" * len(metrics)]
             for method in methods:
                 cells = [_cell(index.get((dataset, method, split, m))) for m in metrics]
-                label = _shown_label(method, missing)
+                label = _shown_label(method, missing.get(method))
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
             if split == "test":
                 published = published_baselines([dataset], convention)

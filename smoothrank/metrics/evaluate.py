@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from smoothrank.errors import SmoothrankError
+from smoothrank.metrics._ranking import _to_tensor
 from smoothrank.metrics.binary import average_precision, precision, reciprocal_rank
 from smoothrank.metrics.conventions import Convention, get_convention
 from smoothrank.metrics.linear import dcg_beta, ndcg_beta
@@ -151,17 +152,9 @@ def docno_descending_order(doc_ids: Sequence[str], offsets: Any) -> np.ndarray:
 
 
 def _flat_float64(values: Any, name: str) -> np.ndarray:
-    """Flat float64 NumPy copy of a tensor (any device, dtype, grad) or array-like."""
-    if isinstance(values, Tensor):
-        if values.is_complex():
-            raise SmoothrankError(f"{name}: expected real numbers, got {values.dtype}")
-        return values.detach().to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
-    if np.iscomplexobj(values):
-        raise SmoothrankError(f"{name}: expected real numbers, got complex ones")
-    try:
-        return np.asarray(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError) as err:
-        raise SmoothrankError(f"{name}: expected numbers ({err})") from err
+    """Flat float64 NumPy copy of a tensor (any device, dtype, grad) or array-like, checked as every
+    metric's input is (numbers, real)."""
+    return _to_tensor(values, name).to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
 
 
 def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iterable[str] = LETOR4_METRICS,
