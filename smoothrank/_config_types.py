@@ -32,3 +32,6 @@ Int = Annotated[int, _no_bool("a number")]
 #: Floats of a config: no booleans, no infinity or NaN.
 Float = Annotated[float, _no_bool("a number"), Field(allow_inf_nan=False)]
 Seed = Annotated[int, _no_bool("an integer"), AfterValidator(in_seed_range)]
+#: A metric name as ``smoothrank.metrics.evaluate`` keys its results (``" NDCG@3"`` -> ``"ndcg@3"``),
+#: so that the names a config lists are the keys it later looks up.
+MetricName = Annotated[str, AfterValidator(lambda name: name.strip().lower())]

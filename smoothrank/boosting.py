@@ -349,10 +349,10 @@ def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant"
 
     The loss is computed once on a tiny problem, so that a bad option value, or a loss that autograd
     cannot differentiate twice under ``hessian="diagonal"``, fails before training. A loss that
-    draws random numbers draws them from a forked generator, and a bound loss's own generator is
-    rewound: the caller's draws are left as they were.
+    draws random numbers draws them from a forked generator, and its own generator (bound, or given
+    in ``options``) is rewound: the caller's draws are left as they were.
     """
-    generators = _bound_generators(loss)
+    generators = _bound_generators(loss) + [v for v in options.values() if isinstance(v, torch.Generator)]
     start = [g.get_state() for g in generators]
     try:
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():

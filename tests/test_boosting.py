@@ -660,6 +660,9 @@ def test_curvature_replays_a_bound_generator_across_its_three_passes():
     before = generator.get_state()
     check_objective(fn, hessian="curvature")
     assert torch.equal(generator.get_state(), before)
+    # And a generator given with the loss name (the review of 2026-11-24 found that one advanced).
+    check_objective("neural_ndcg", hessian="curvature", stochastic=True, generator=generator)
+    assert torch.equal(generator.get_state(), before)
 
 
 def test_the_adapters_refuse_a_bad_dtype_or_device_when_made():

@@ -148,6 +148,13 @@ def test_spec_refuses_repeated_metrics_run_folder_separators_and_bad_model_shape
     # Found by a review on 2026-11-24: each passed the check and failed (or misled) at run time.
     assert_spec_problems(two_method_spec(folds, metrics=["ndcg@1", "ndcg@1"], select_by="ndcg@1"),
                          ["metrics: ['ndcg@1'] listed twice"])
+    # Names are read as evaluate keys them, so that the runner finds its results under them.
+    assert_spec_problems(two_method_spec(folds, metrics=["NDCG@1", "ndcg@1 "], select_by="ndcg@1"),
+                         ["metrics: ['ndcg@1'] listed twice"])
+    from smoothrank.experiments import spec_from_dict
+
+    read = spec_from_dict(two_method_spec(folds, metrics=["NDCG@1", "MAP"], select_by="NDCG@1"))
+    assert read.metrics == ["ndcg@1", "map"] and read.select_by == "ndcg@1"
     spec = two_method_spec(folds)
     spec["datasets"][0]["name"] = "a--fold1--x"
     assert_spec_problems(spec, ["datasets.0.name: 'a--fold1--x' holds '--'"])

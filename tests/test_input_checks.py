@@ -242,6 +242,18 @@ def test_evaluate_flat_checks_the_number_of_document_ids():
         metrics.evaluate_flat(np.zeros(3), np.ones(3), offsets=[0, 3], convention="trec", doc_ids=["a", "b"])
 
 
+@pytest.mark.parametrize("offsets", [[0, 2], [0, 1.5, 3], [0, float("nan"), 3], [[0, 3]], "ab"])
+@pytest.mark.parametrize("convention", ["letor4", "trec"])
+def test_evaluate_flat_and_pad_groups_name_bad_offsets(offsets, convention):
+    # Under trec, the document-id order read the offsets first: NumPy's "all keys need to be the
+    # same shape" (review of 2026-11-24); fractional offsets were truncated.
+    with pytest.raises(SmoothrankError, match="offsets: expected non-decreasing whole numbers from 0 to 3"):
+        metrics.evaluate_flat([0.1, 0.2, 0.3], [1, 0, 1], offsets=offsets, convention=convention,
+                              doc_ids=["a", "b", "c"])
+    with pytest.raises(SmoothrankError, match="offsets: "):
+        metrics.pad_groups(torch.zeros(3), offsets)
+
+
 def test_a_cutoff_beyond_every_list_is_the_whole_list_however_large():
     s, y = torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[0.0, 1, 2]])
     huge = 10**20  # more than int64 holds: it used to overflow inside torch

@@ -98,6 +98,12 @@ def test_selection_on_validation_and_artifact(small_letor, tmp_path):
     direct = predict_scores(result.model, transform_from_state(loaded.transform_state).transform(test))
     assert (loaded.score(test) == direct).all()
     assert summary["valid"]["ndcg@10"] == pytest.approx(valid[best], abs=1e-12)
+    # predict_scores and evaluate_model take the loaded artifact too (they failed on its missing
+    # .training), applying its transforms: the validation figure of the selected epoch again.
+    assert (predict_scores(loaded, test) == direct).all()
+    valid_set = load_letor(small_letor["valid"], n_features=46)
+    assert evaluate_model(loaded, valid_set, metrics=["ndcg@10"])["ndcg@10"] == pytest.approx(valid[best],
+                                                                                               abs=1e-12)
 
 
 def test_resume_after_injected_stop_matches_uninterrupted(small_letor, tmp_path):
@@ -238,6 +244,25 @@ def test_evaluate_model_matches_metrics_on_full_lists(small_letor):
     expected = mean_metrics(evaluate(padded_scores, padded_labels, mask=mask, metrics=("ndcg@10", "map")))
     got = evaluate_model(model, dataset, metrics=["ndcg@10", "map"], batch_size=3)
     assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_metric_names_are_read_as_evaluate_keys_them(small_letor, tmp_path):
+    # Found by a review on 2026-11-24: "NDCG@3" passed the config check (evaluate lower-cases its
+    # names), then the trainer looked the result up as "NDCG@3" and failed after the first epoch.
+    config = make_config(small_letor, tmp_path / "run", training={"epochs": 1},
+                         evaluation={"metrics": [" NDCG@3", "MAP"], "select_by": "NDCG@3"},
+                         schedule={"name": "softrank", "metric": "NDCG@10"})
+    assert config.evaluation.metrics == ["ndcg@3", "map"] and config.evaluation.select_by == "ndcg@3"
+    assert config.schedule.metric == "ndcg@10"
+    row = train(config, quiet=True).history[0]
+    assert {"valid_ndcg@3", "valid_map"} <= set(row)
+    from smoothrank.data import load_letor
+    from smoothrank.models import MLPScorer
+
+    dataset = load_letor(small_letor["valid"])
+    model = MLPScorer(dataset.n_features, hidden=(4,))
+    both = evaluate_model(model, dataset, metrics=["ndcg@3", "map"])
+    assert evaluate_model(model, dataset, metrics="NDCG@3, MAP") == both
 
 
 def test_progress_bar_only_on_a_terminal(small_letor, tmp_path, monkeypatch):

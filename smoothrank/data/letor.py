@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -581,7 +581,7 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
 
 
 def _locate_token_error(tokens: list[bytes], counts: list[int], lines: list[int], source: str,
-                        options: ReaderOptions) -> None:
+                        options: ReaderOptions) -> NoReturn:
     """Find the first malformed ``index:value`` token and raise its file:line message."""
     t = 0
     for count, line in zip(counts, lines, strict=True):

@@ -64,6 +64,7 @@ from pydantic import (
 
 from smoothrank._config_types import Float as _Float
 from smoothrank._config_types import Int as _Int
+from smoothrank._config_types import MetricName as _MetricName
 from smoothrank._config_types import Seed as _Seed
 from smoothrank._yaml import safe_load
 from smoothrank.errors import ConfigError, SmoothrankError
@@ -284,8 +285,8 @@ class BlendSpec(_Strict):
 class ExperimentSpec(_Strict):
     name: Annotated[str, Field(pattern=_LABEL)]
     convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
-    metrics: list[str] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
-    select_by: str = "ndcg@10"
+    metrics: list[_MetricName] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
+    select_by: _MetricName = "ndcg@10"
     baseline: str | None = None
     alpha: Annotated[_Float, Field(gt=0.0, lt=1.0)] = 0.05
     # Adjustment of the baseline t-tests' p-values over the methods, per metric (stats.adjust_pvalues);

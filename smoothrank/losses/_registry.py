@@ -11,9 +11,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from torch import Tensor
+
 from smoothrank.errors import ConfigError
 
-LossFn = Callable[..., Any]
+#: A loss: ``fn(scores, labels, *, mask=None, reduction="mean", **options) -> Tensor``.
+LossFn = Callable[..., Tensor]
 
 _LOSSES: dict[str, LossFn] = {}
 _NOT_OPTIONS = ("mask", "reduction")

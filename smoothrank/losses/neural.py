@@ -44,7 +44,7 @@ def _smoothed_dcg(scores: Tensor, gains: Tensor, mask: Tensor, disc: Tensor, *, 
 
 def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, temperature: float, k: Any,
                  sinkhorn: bool, stochastic: bool, n_samples: int, beta: float, gain: Any,
-                 discount: Any, max_iter: int, tol: float, generator: torch.Generator | None,
+                 discount: Any, max_iter: int, tol: float, generator: torch.Generator | int | None,
                  transposed: bool) -> Tensor:
     k = _check_options(temperature, k, sinkhorn, stochastic, n_samples, beta, max_iter, tol, gain, discount,
                        reduction)
@@ -77,7 +77,7 @@ def neural_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
                 temperature: float = 1.0, k: int | None = None, sinkhorn: bool = True,
                 stochastic: bool = False, n_samples: int = 32, beta: float = 1.0, gain: Any = "exp2",
                 discount: Any = "log2", max_iter: int = 30, tol: float = 1e-6,
-                generator: torch.Generator | None = None) -> Tensor:
+                generator: torch.Generator | int | None = None) -> Tensor:
     r"""Minus NeuralNDCG@k (Pobrotyn & Bialobrzeski 2021, equation 5).
 
     .. math::
@@ -115,7 +115,7 @@ def neural_ndcg_transposed(scores: Tensor, labels: Tensor, *, mask: Tensor | Non
                            sinkhorn: bool = True, stochastic: bool = False, n_samples: int = 32,
                            beta: float = 1.0, gain: Any = "exp2", discount: Any = "log2",
                            max_iter: int = 30, tol: float = 1e-6,
-                           generator: torch.Generator | None = None) -> Tensor:
+                           generator: torch.Generator | int | None = None) -> Tensor:
     r"""Minus NeuralNDCG-transposed@k (Pobrotyn & Bialobrzeski 2021, equation 6).
 
     .. math::

@@ -116,6 +116,21 @@ def mean_metrics(per_query: dict[str, Tensor]) -> dict[str, float]:
     return result
 
 
+def _checked_offsets(offsets: Any, n: int) -> np.ndarray:
+    """``offsets`` as int64, refused unless they are whole numbers going non-decreasingly from 0 to ``n``."""
+    problem = f"offsets: expected non-decreasing whole numbers from 0 to {n}"
+    try:
+        raw = np.asarray(offsets.detach().cpu() if isinstance(offsets, Tensor) else offsets)
+        with np.errstate(invalid="ignore"):  # NaN or inf: refused below, as offs != raw
+            offs = raw.astype(np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise SmoothrankError(problem) from None
+    if raw.dtype.kind not in "iuf" or (offs != raw).any() or offs.ndim != 1 or offs.shape[0] < 1 \
+            or offs[0] != 0 or offs[-1] != n or (np.diff(offs) < 0).any():
+        raise SmoothrankError(problem)
+    return offs
+
+
 def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor, Tensor]:
     """Lay flat per-document ``values`` out as (n_queries, max_list) rows with a mask.
 
@@ -123,11 +138,8 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
     (n_docs, *rest) (e.g. a feature matrix) give (n_queries, max_list, *rest); the mask is always
     (n_queries, max_list).
     """
-    offs = np.asarray(offsets, dtype=np.int64)
     vals = values.detach() if isinstance(values, Tensor) else torch.as_tensor(np.asarray(values))
-    if offs.ndim != 1 or offs.shape[0] < 1 or offs[0] != 0 or offs[-1] != vals.shape[0] \
-            or (np.diff(offs) < 0).any():
-        raise SmoothrankError(f"offsets: expected non-decreasing offsets from 0 to {vals.shape[0]}")
+    offs = _checked_offsets(offsets, vals.shape[0])
     sizes = np.diff(offs)
     n_q, width = sizes.shape[0], int(sizes.max()) if sizes.size else 0
     query = np.repeat(np.arange(n_q), sizes)
@@ -142,8 +154,8 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
 
 def docno_descending_order(doc_ids: Sequence[str], offsets: Any) -> np.ndarray:
     """Row permutation that sorts each query's documents by document id, descending (trec_eval)."""
-    offs = np.asarray(offsets, dtype=np.int64)
     ids = np.asarray(doc_ids, dtype=str)
+    offs = _checked_offsets(offsets, ids.shape[0])
     sizes = np.diff(offs)
     query = np.repeat(np.arange(sizes.shape[0]), sizes)
     # lexsort: last key most significant; reversing the id order via a descending rank.

@@ -27,6 +27,7 @@ from pydantic import (
 from smoothrank._config_types import SEED_MAX as SEED_MAX
 from smoothrank._config_types import Float as _Float
 from smoothrank._config_types import Int as _Int
+from smoothrank._config_types import MetricName as _MetricName
 from smoothrank._config_types import Seed as _Seed
 from smoothrank._yaml import safe_load
 from smoothrank.errors import ConfigError
@@ -154,7 +155,7 @@ class ScheduleConfig(_Section):
     step_size: Annotated[_Int, Field(ge=1)] = 50
     gamma: Annotated[_Float, Field(gt=0.0, le=1.0)] = 0.1
     factor: Annotated[_Float, Field(gt=0.0, le=1.0)] = 0.8
-    metric: str = "ndcg@10"
+    metric: _MetricName = "ndcg@10"
     reinit_patience: Annotated[_Int, Field(ge=1)] | None = 16
 
 
@@ -175,8 +176,8 @@ class TrainingConfig(_Section):
 class EvaluationConfig(_Section):
     """Validation metrics; ``select_by`` picks the best epoch (validation split only)."""
 
-    metrics: list[str] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
-    select_by: str = "ndcg@10"
+    metrics: list[_MetricName] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
+    select_by: _MetricName = "ndcg@10"
     convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
     batch_size: Annotated[_Int, Field(ge=1)] = 256
 

@@ -37,7 +37,7 @@ from smoothrank._atomic import blocking_file, folder_lock
 from smoothrank.errors import ConfigError, SmoothrankError, SmoothrankWarning
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text
-from smoothrank.training.artifact import save_model
+from smoothrank.training.artifact import RankingModel, save_model
 from smoothrank.training.config import Config, dump_config
 from smoothrank.training.schedules import build_schedule, set_lr
 
@@ -170,9 +170,13 @@ def _placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
 
 
 @torch.no_grad()
-def _scored_batches(model: nn.Module, dataset: Any, *, batch_size: int) -> Iterable[tuple[Any, Tensor]]:
+def _scored_batches(model: nn.Module | RankingModel, dataset: Any, *, batch_size: int
+                    ) -> Iterable[tuple[Any, Tensor]]:
     from smoothrank.data import evaluation_batches
 
+    if isinstance(model, RankingModel):  # a loaded artifact: checked, and its transforms applied first
+        model.check_features(dataset)
+        dataset, model = model.transform(dataset), model.model
     was_training = model.training
     device, dtype = _placement(model)
     model.eval()  # dropout off, batch norm running statistics (PITFALLS 16)
@@ -198,8 +202,9 @@ def _refuse_scores(dataset: Any, batch: Any, scores: Tensor, bad: Tensor) -> Non
                         "too large for the model's arithmetic, or the weights are not finite)")
 
 
-def predict_scores(model: nn.Module, dataset: Any, *, batch_size: int = 256) -> np.ndarray:
-    """One float64 score per dataset row (row order of ``dataset``)."""
+def predict_scores(model: nn.Module | RankingModel, dataset: Any, *, batch_size: int = 256) -> np.ndarray:
+    """One float64 score per dataset row (row order of ``dataset``); a loaded :class:`RankingModel`
+    (:func:`load_model`) first applies its training-time feature transforms."""
     scores = np.full(dataset.n_docs, np.nan, dtype=np.float64)
     for batch, batch_scores in _scored_batches(model, dataset, batch_size=batch_size):
         rows = batch.rows.numpy()
@@ -210,11 +215,14 @@ def predict_scores(model: nn.Module, dataset: Any, *, batch_size: int = 256) -> 
     return scores
 
 
-def evaluate_model(model: nn.Module, dataset: Any, *, metrics: list[str] | tuple[str, ...],
+def evaluate_model(model: nn.Module | RankingModel, dataset: Any, *, metrics: str | Iterable[str],
                    convention: str = "letor4", batch_size: int = 256) -> dict[str, float]:
-    """Mean of each metric over the queries of ``dataset`` (:func:`smoothrank.metrics.evaluate`)."""
+    """Mean of each metric over the queries of ``dataset`` (:func:`smoothrank.metrics.evaluate`),
+    keyed as ``evaluate`` keys them (``"NDCG@3"`` -> ``"ndcg@3"``)."""
     from smoothrank.metrics import evaluate, mean_metrics
+    from smoothrank.metrics.evaluate import _metric_list
 
+    metrics = _metric_list(metrics)
     per_query = {name: torch.full((dataset.n_queries,), math.nan, dtype=torch.float64) for name in metrics}
     for batch, scores in _scored_batches(model, dataset, batch_size=batch_size):
         values = evaluate(scores, batch.labels, mask=batch.mask, metrics=tuple(metrics),
