@@ -24,7 +24,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from smoothrank._checks import check_mask, check_nonnegative, check_positive, check_positive_int, within_dtype
-from smoothrank._devices import wide_dtype
+from smoothrank._devices import wide_dtype, without_autocast
 from smoothrank.errors import SmoothrankError
 
 __all__ = [
@@ -183,6 +183,7 @@ def _phat_chunk(s: Tensor, b: Tensor, coef: Tensor, rf: Tensor, cf: Tensor, tau:
     return p.mul_(rf.unsqueeze(-1))
 
 
+@without_autocast
 def neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: float = 1.0) -> Tensor:
     r"""NeuralSort relaxation P-hat of the permutation matrix sorting ``scores`` descending.
 
@@ -407,6 +408,7 @@ class _SinkhornScaling(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @without_autocast
     def backward(ctx, gu, gv, _gerr):  # type: ignore[override]
         k, us, vs, active = ctx.saved_tensors
         gu = torch.zeros_like(us[:, 0]) if gu is None else gu
@@ -421,6 +423,7 @@ class _SinkhornScaling(torch.autograd.Function):
         return grad_k, None, None, None, None, None
 
 
+@without_autocast
 def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | None = None,
                      max_iter: int = 30, tol: float = 1e-6, columns_first: bool = False
                      ) -> tuple[Tensor, Tensor, Tensor]:
@@ -572,6 +575,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @without_autocast
     def backward(ctx, gval, _gerr):  # type: ignore[override]
         s, b, coef, rows_f, cols_f, left, right, us, vs, active, u_fin, v_fin = ctx.saved_tensors
         tau, sinkhorn, transposed, chunk = ctx.opts
@@ -607,6 +611,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
         return grad_s, grad_b, *([None] * 11)
 
 
+@without_autocast
 def neural_sort_bilinear(scores: Tensor, left: Tensor, right: Tensor, *, mask: Tensor | None = None,
                          temperature: float = 1.0, sinkhorn: bool = True, transposed: bool = False,
                          max_iter: int = 30, tol: float = 1e-6) -> tuple[Tensor, Tensor]:

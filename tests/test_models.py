@@ -227,3 +227,32 @@ def test_constructor_and_config_defaults_build_the_same_model(kind):
 
     config = config_from_dict({"data": {"train": "t.txt"}, "model": {"kind": kind}})
     assert repr(build_model({"kind": kind}, 7)) == repr(build_model(config.model, 7))
+
+
+def test_an_all_padding_batch_keeps_its_graph_and_autocast_gives_its_dtype():
+    # Review of 2026-11-24: an all-padding batch gave scores without a graph (backward raised, and under
+    # DDP the other process hung up), and bfloat16 autocast crashed in index_put (float32 zeros).
+    for model in _models():
+        x = torch.randn(2, 4, 5)
+        for mode in ("train", "eval"):
+            getattr(model, mode)()
+            scores = model(x, torch.zeros(2, 4, dtype=torch.bool))
+            assert torch.equal(scores, torch.zeros(2, 4)) and scores.requires_grad
+            scores.sum().backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            scores = model(x, torch.tensor([[True, True, False, True], [False, True, True, True]]))
+        assert scores.shape == (2, 4) and torch.isfinite(scores).all()
+
+
+def test_models_export_with_the_mask_as_an_input():
+    # torch.export traced the per-item models' compaction into a shape that depends on the mask's values
+    # (GuardOnDataDependentSymNode); traced, they now score every slot and mask afterwards.
+    x = torch.randn(2, 4, 5)
+    other_x = torch.randn(2, 4, 5)
+    other_mask = torch.tensor([[True, False, True, True], [False, False, True, False]])
+    other_x[~other_mask] = float("nan")  # padding may hold anything
+    for model in _models():
+        model.eval()
+        exported = torch.export.export(model, (x, torch.ones(2, 4, dtype=torch.bool))).module()
+        torch.testing.assert_close(exported(other_x, other_mask), model(other_x, other_mask),
+                                   rtol=1e-6, atol=1e-6)

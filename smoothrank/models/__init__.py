@@ -80,18 +80,27 @@ class _PerItemScorer(nn.Module):
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = _check_inputs(features, mask, self.n_features)
-        scores = features.new_zeros(features.shape[:2])
-        real = features[mask]
-        if real.shape[0] > 0:
-            # index_put keeps the graph; the padded positions stay exactly 0.
-            scores = scores.index_put((mask,), self._net(real).squeeze(-1))
-        return scores
+        if torch.compiler.is_compiling() and not self._batch_statistics():
+            # torch.compile / torch.export: every slot through the net (padding zeroed first, masked
+            # after), so that no shape depends on the mask's values. Eager keeps the compaction below.
+            n_rows, width = features.shape[:2]
+            flat = features.masked_fill(~mask.unsqueeze(-1), 0.0).reshape(n_rows * width, self.n_features)
+            return self.net(flat).reshape(n_rows, width).masked_fill(~mask, 0.0)
+        # Always through the net, even with no real item, so that the scores keep their graph
+        # (backward, and DDP's all-reduce, on an all-padding batch); zeros of the net's output
+        # dtype (bfloat16 under autocast). index_put keeps the graph; padded positions stay 0.
+        real = self._net(features[mask]).squeeze(-1)
+        return real.new_zeros(features.shape[:2]).index_put((mask,), real)
+
+    def _batch_statistics(self) -> bool:
+        """Whether a batch norm normalises with the batch's statistics (training mode)."""
+        return any(isinstance(m, nn.BatchNorm1d) and m.training for m in self.net.modules())
 
     def _net(self, real: Tensor) -> Tensor:
         """``self.net(real)``; a single item in training normalises with the running statistics of its
         batch norms (one value has no batch variance: torch would raise), as in eval mode."""
         norms = [m for m in self.net.modules() if isinstance(m, nn.BatchNorm1d) and m.training]
-        if real.shape[0] > 1 or not norms:
+        if not norms or real.shape[0] > 1:  # no size test in eval mode: torch.export traces through
             return self.net(real)
         for m in norms:
             m.eval()
