@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import random
 
 import pytest
 import torch
@@ -240,6 +241,53 @@ def test_lambda_rank_gradient_equals_closed_form_lambdas() -> None:
                 lam[j] -= l_ij
         (grad,) = torch.autograd.grad(losses.lambda_rank(s, y, sigma=sigma, k=k, reduction="sum"), s)
         torch.testing.assert_close(grad[0], torch.tensor(lam, dtype=F64))
+
+
+def _pairwise_reference(scores: list[float], labels: list[float], k: int | None, lambdas: bool) -> float:
+    """RankNet's mean pair cost over the pairs with an item in the top k, or LambdaRank's |dNDCG@k|-weighted
+    sum, written from the docstrings' formulas; ranks break ties by input order."""
+    n = len(scores)
+    order = sorted(range(n), key=lambda i: (-scores[i], i))
+    rank = {item: r + 1 for r, item in enumerate(order)}
+    kk = n if k is None else min(k, n)
+
+    def d(r: int) -> float:
+        return 1 / math.log2(1 + r) if r <= kk else 0.0
+
+    ideal = sum((2 ** v - 1) * d(r + 1) for r, v in enumerate(sorted(labels, reverse=True)))
+    costs, weights = [], []
+    for i, j in itertools.permutations(range(n), 2):
+        if labels[i] > labels[j]:
+            cost = math.log1p(math.exp(-(scores[i] - scores[j])))
+            if lambdas:
+                weights.append(abs((2 ** labels[i] - 2 ** labels[j]) * (d(rank[i]) - d(rank[j]))) / ideal)
+                costs.append(cost)
+            elif k is None or rank[i] <= k or rank[j] <= k:
+                weights.append(1.0)
+                costs.append(cost)
+    total = sum(w * c for w, c in zip(weights, costs, strict=True))
+    return total if lambdas else total / len(costs)
+
+
+@pytest.mark.parametrize("k", [None, 1, 2, 3])
+def test_pairwise_losses_rank_tied_scores_in_input_order(k: int | None) -> None:
+    # Which of two tied items is in the top k decides the pairs (RankNet@k) and the |dNDCG| weights
+    # (LambdaRank): ties go by input order, as documented. By hand for k=1: s=[1, 1, 0],
+    # y=[0, 2, 1] keeps the pairs of item 0, RankNet (ln 2 + softplus(1)) / 2.
+    s, y = torch.tensor([[1.0, 1.0, 0.0]], dtype=F64), torch.tensor([[0.0, 2.0, 1.0]], dtype=F64)
+    if k == 1:
+        assert losses.rank_net(s, y, k=1).item() == pytest.approx((math.log(2) + math.log1p(math.e)) / 2)
+    rng = random.Random(k or 0)
+    for _ in range(20):
+        n = rng.randint(2, 6)
+        scores = [rng.choice([0.0, 0.5, 1.0]) for _ in range(n)]  # many ties
+        labels = [float(rng.randint(0, 2)) for _ in range(n)]
+        if max(labels) == min(labels):
+            continue
+        st, yt = torch.tensor([scores], dtype=F64), torch.tensor([labels], dtype=F64)
+        for fn, lambdas in ((losses.rank_net, False), (losses.lambda_rank, True)):
+            want = _pairwise_reference(scores, labels, k, lambdas)
+            assert fn(st, yt, k=k).item() == pytest.approx(want, abs=1e-12), (fn.__name__, scores, labels)
 
 
 # ----------------------------------------------------------------------------- padding, gradients

@@ -83,6 +83,13 @@ def test_ndcg_equals_brute_force(data, k, gain, discount, ties, short):
                dtype=F64)
     want = ref_ndcg(scores, [float(y) for y in labels], k, gain, discount, "zero", ties, short)
     assert got.item() == pytest.approx(want, abs=1e-12)
+    # DCG alone, and its short-list rule (0 for a list shorter than k under short="zero").
+    order = ref_order(scores, [float(y) for y in labels], ties)
+    want_dcg = ref_dcg_of_order([float(labels[i]) for i in order], k, gain, discount)
+    if short == "zero" and k is not None and len(labels) < k:
+        want_dcg = 0.0
+    got_dcg = dcg(scores, labels, k=k, gain=gain, discount=discount, ties=ties, short=short, dtype=F64)
+    assert got_dcg.item() == pytest.approx(want_dcg, abs=1e-12)
 
 
 @settings(max_examples=30, deadline=None)
@@ -108,14 +115,15 @@ def test_padding_anywhere_changes_nothing(data, k, pad_before, pad_after):
     Y = torch.tensor([pad(y, 0.0), pad(y2, 0.0)], dtype=F64)
     M = torch.tensor([pad(m, False), pad(m2, False)])
     plain = torch.tensor([scores], dtype=F64), torch.tensor([labels], dtype=F64)
-    for fn in (ndcg, dcg):
-        got = fn(S, Y, mask=M, k=k, reduction="none")
-        want = fn(*plain, k=k, reduction="none")
+    # Every discount: the linear one depends on the list length |S|, which padding must not change.
+    for fn, discount in itertools.product((ndcg, dcg), ("log2", "letor", "linear")):
+        got = fn(S, Y, mask=M, k=k, discount=discount, reduction="none")
+        want = fn(*plain, k=k, discount=discount, reduction="none")
         torch.testing.assert_close(got, want.expand(2), rtol=0, atol=1e-14)
-    for fn in (precision, average_precision, reciprocal_rank):
-        kw = {"k": k or 3} if fn is precision else {"k": k}
-        torch.testing.assert_close(fn(S, Y, mask=M, reduction="none", **kw),
-                                   fn(*plain, reduction="none", **kw).expand(2), rtol=0, atol=1e-14)
+    for fn, cut in itertools.product((precision, average_precision, reciprocal_rank), (k, None)):
+        # k=None: P over the real items, not over the padded width
+        torch.testing.assert_close(fn(S, Y, mask=M, reduction="none", k=cut),
+                                   fn(*plain, reduction="none", k=cut).expand(2), rtol=0, atol=1e-14)
 
 
 def test_worked_example():
@@ -226,6 +234,8 @@ def test_precision_ap_rr_by_hand():
     # MRR takes the first relevant item (label 1 counts), not the first top-grade item (PITFALLS 11).
     assert reciprocal_rank([5.0, 4.0, 3.0], [0.0, 1.0, 2.0]).item() == 0.5
     assert reciprocal_rank(scores, labels, k=1).item() == 0.0
+    assert reciprocal_rank(scores, labels, k=2).item() == 0.5  # the first relevant item at exactly rank k
+    assert reciprocal_rank([3.0, 2.0, 1.0], [0.0, 0.0, 1.0], k=3).item() == pytest.approx(1 / 3)
     assert reciprocal_rank(scores, labels, threshold=2).item() == 0.5
     # "no relevant item" is per query, not over the batch (PITFALLS 11).
     S = torch.tensor([[1.0, 0.0], [1.0, 0.0]])

@@ -137,6 +137,20 @@ def test_normalized_and_batched_with_padding():
     assert unnorm[3].item() == 0.0
 
 
+def test_dcg_beta_and_ndcg_beta_ignore_padding_anywhere():
+    # |S| of the linear discount is the number of real items: padding (here in the middle and at
+    # the end) must not lengthen the list (a mutation review found only pairwise_error tested so).
+    s, y = [3.0, 2.0, 1.0], [0.0, 2.0, 1.0]
+    S = torch.tensor([[3.0, 9.0, 2.0, 1.0, 0.0]], dtype=F64)
+    Y = torch.tensor([[0.0, 5.0, 2.0, 1.0, 0.0]], dtype=F64)
+    M = torch.tensor([[True, False, True, True, False]])
+    # By hand, |S| = 3: the ranking puts labels 0, 2, 1 at ranks 1..3, weights 2, 1, 0.
+    assert dcg_beta(s, y).item() == 2.0
+    assert dcg_beta(S, Y, mask=M).item() == 2.0
+    assert ndcg_beta(S, Y, mask=M).item() == pytest.approx(ndcg_beta(s, y).item(), abs=1e-15)
+    assert ndcg_beta(s, y).item() == pytest.approx(2.0 / 5.0)  # ideal: 2*2 + 1*1
+
+
 def test_real_valued_labels():
     rng = np.random.default_rng(5)
     s, y = rng.normal(size=30), rng.random(30) * 3

@@ -390,6 +390,21 @@ def test_hybrid_is_exact_at_both_ends_and_normal_in_between() -> None:
     torch.testing.assert_close(hybrid_rank_distributions(pi, n_exact=6), exact, rtol=0, atol=0)
 
 
+def test_hybrid_by_default_is_exact_for_ten_documents_at_each_end() -> None:
+    # The documented default n_exact=10 of soft_rank itself (soft_ndcg passes its own); a mutation
+    # review found no test depending on it.
+    shuffle = torch.randperm(30, generator=torch.Generator().manual_seed(0))
+    scores = torch.linspace(-3, 3, 30, dtype=F64)[shuffle]
+    hybrid = soft_rank(scores[None], sigma=1.0, method="hybrid")[0]
+    exact = soft_rank(scores[None], sigma=1.0, method="exact")[0]
+    normal = soft_rank(scores[None], sigma=1.0, method="normal")[0]
+    by_rank = torch.argsort(scores, descending=True)
+    for j in (*by_rank[:10].tolist(), *by_rank[-10:].tolist()):
+        torch.testing.assert_close(hybrid[j], exact[j], rtol=0, atol=1e-12)
+    for j in by_rank[10:-10].tolist():
+        torch.testing.assert_close(hybrid[j], normal[j], rtol=0, atol=1e-12)
+
+
 def test_hybrid_treats_identical_documents_alike() -> None:
     # Twins (same score, same label) straddling the n_exact boundary: one was exact, the other
     # normal, and their gradients differed (-0.0156 vs -0.0167).
