@@ -104,3 +104,20 @@ def test_env_script_reinstalls_only_what_is_missing(tmp_path) -> None:
     assert any("[test]" in call for call in _sourced(root, "test"))
     stamp.write_text("0000000000000000-test\n")  # pyproject.toml changed since
     assert any("torch==2.13.0" in call for call in _sourced(root, ""))
+
+
+def test_import_of_the_losses_does_not_load_numba() -> None:
+    # The compiled Rank-Binomial kernels (Numba, with llvmlite and scipy: 1-2 s) are loaded when a
+    # SoftRank backend is first resolved, not when the package or its losses are imported.
+    import subprocess
+
+    code = ("import sys, smoothrank, smoothrank.losses, smoothrank.softrank\n"
+            "loaded = [m for m in ('numba', 'llvmlite') if m in sys.modules]\n"
+            "assert not loaded, loaded\n"
+            "import torch\n"
+            "from smoothrank.softrank.rank_binomial import resolve_backend\n"
+            "assert resolve_backend(torch.zeros(1, dtype=torch.float16), 'auto') == 'torch'\n"
+            "assert 'numba' not in sys.modules\n"
+            "assert resolve_backend(torch.zeros(1), 'auto') == 'numba' and 'numba' in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr

@@ -58,7 +58,9 @@ both.
 
 from __future__ import annotations
 
+import functools
 import math
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -70,13 +72,25 @@ from smoothrank.softrank.pairwise import default_mask, pair_mask
 
 BACKENDS = ("auto", "numba", "torch", "fft")
 
-try:  # Numba is a declared dependency, but keep the pure-PyTorch path importable without it.
-    from smoothrank.softrank import _numba
 
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - depends on the environment
-    _numba = None  # type: ignore[assignment]
-    HAVE_NUMBA = False
+
+@functools.cache
+def _kernels() -> ModuleType | None:
+    """The compiled kernel module :mod:`smoothrank.softrank._numba`, imported on first use (Numba
+    brings llvmlite and takes a second or two to import), or None where Numba cannot be imported:
+    it is a declared dependency, but the pure-PyTorch path stays usable without it."""
+    try:
+        from smoothrank.softrank import _numba
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    return _numba
+
+
+def __getattr__(name: str) -> Any:
+    # HAVE_NUMBA: whether the compiled kernels can be used (importing it loads them).
+    if name == "HAVE_NUMBA":
+        return _kernels() is not None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _use_numba(pi: Tensor, backend: str) -> bool:
@@ -89,7 +103,9 @@ def resolve_backend(pi: Tensor, backend: str) -> str:
     if backend not in BACKENDS:
         raise SmoothrankError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     floating = pi.dtype in (torch.float32, torch.float64)
-    kernel_ok = HAVE_NUMBA and pi.device.type == "cpu" and floating
+    # The kernel module is loaded only when a CPU float tensor could take it.
+    kernel_ok = (pi.device.type == "cpu" and floating and backend in ("auto", "numba")
+                 and _kernels() is not None)
     if backend == "numba" and not kernel_ok:
         raise SmoothrankError("backend: 'numba' needs numba and a float32/float64 CPU tensor")
     if backend == "fft" and not floating:
@@ -230,10 +246,10 @@ class RankBinomial(torch.autograd.Function):
         numba = path == "numba"
         if numba:
             if bool((select | ~mask).all()):  # every real document: blocked kernel
-                out = _numba.blocked_forward(pi.detach().contiguous().numpy(), mask.numpy(), n_ranks)
+                out = _kernels().blocked_forward(pi.detach().contiguous().numpy(), mask.numpy(), n_ranks)
                 return torch.from_numpy(out) * mask[..., None].to(pi.dtype)
             pi_t = pi.detach().transpose(1, 2).contiguous().numpy()
-            out = _numba.forward(pi_t, mask.cpu().numpy(), select.cpu().numpy(), n_ranks)
+            out = _kernels().forward(pi_t, mask.cpu().numpy(), select.cpu().numpy(), n_ranks)
             return torch.from_numpy(out)
         cols = mask & select
         p = _torch_forward(pi.detach(), n_ranks)
@@ -249,12 +265,12 @@ class RankBinomial(torch.autograd.Function):
         if ctx.path == "fft":
             grad_pi = _fft_backward(pi.detach(), transform[0], grad_p)
         elif ctx.path == "numba" and bool((select | ~mask).all()):
-            g = _numba.blocked_backward(pi.detach().contiguous().numpy(), mask.numpy(),
+            g = _kernels().blocked_backward(pi.detach().contiguous().numpy(), mask.numpy(),
                                         grad_p.contiguous().numpy())
             grad_pi = torch.from_numpy(g)
         elif ctx.path == "numba":
             pi_t = pi.detach().transpose(1, 2).contiguous().numpy()
-            g = _numba.backward(pi_t, mask.numpy(), select.numpy(), grad_p.contiguous().numpy())
+            g = _kernels().backward(pi_t, mask.numpy(), select.numpy(), grad_p.contiguous().numpy())
             grad_pi = torch.from_numpy(g).transpose(1, 2)
         else:
             grad_pi = _torch_backward(pi.detach(), grad_p)
@@ -316,7 +332,7 @@ class FusedRankBinomial(torch.autograd.Function):
         ctx.save_for_backward(scores, mask, select)
         ctx.sigma = sigma
         s = scores.detach().contiguous().numpy()
-        out = _numba.fused_forward(s, mask.numpy(), select.numpy(), sigma, n_ranks)
+        out = _kernels().fused_forward(s, mask.numpy(), select.numpy(), sigma, n_ranks)
         return torch.from_numpy(out)
 
     @staticmethod
@@ -324,7 +340,7 @@ class FusedRankBinomial(torch.autograd.Function):
         scores, mask, select = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None
-        g = _numba.fused_backward(scores.detach().contiguous().numpy(), mask.numpy(), select.numpy(),
+        g = _kernels().fused_backward(scores.detach().contiguous().numpy(), mask.numpy(), select.numpy(),
                                   ctx.sigma, grad_p.contiguous().numpy())
         return torch.from_numpy(g).to(scores.dtype), None, None, None, None
 
@@ -366,7 +382,7 @@ class BlockedRankBinomial(torch.autograd.Function):
         s = scores.detach()
         for part in _chunks(batch, n):
             pi, _ = _contests(s[part], mask[part], sigma)
-            out[part] = torch.from_numpy(_numba.blocked_forward(pi.numpy(), mask[part].numpy(), n_ranks))
+            out[part] = torch.from_numpy(_kernels().blocked_forward(pi.numpy(), mask[part].numpy(), n_ranks))
         return out.mul_(mask[..., None].to(out.dtype))
 
     @staticmethod
@@ -384,7 +400,7 @@ class BlockedRankBinomial(torch.autograd.Function):
         for part in _chunks(batch, n):
             m = mask[part]
             pi, diff = _contests(s[part], m, sigma)
-            g = torch.from_numpy(_numba.blocked_backward(pi.numpy(), m.numpy(), grad_p[part].numpy()))
+            g = torch.from_numpy(_kernels().blocked_backward(pi.numpy(), m.numpy(), grad_p[part].numpy()))
             del pi
             x = diff * (0.5 / sigma)
             w = torch.where(pair_mask(m), g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
