@@ -192,8 +192,9 @@ def test_write_predictions_refuses_rows_of_several_files(tmp_path):
 
 
 def test_write_letor_refuses_what_it_could_not_read_back(tmp_path):
-    nan = Dataset(np.array([[1.0], [np.nan]], np.float32), np.zeros(2, np.float32), np.array(["q"]),
+    nan = Dataset(np.array([[1.0], [2.0]], np.float32), np.zeros(2, np.float32), np.array(["q"]),
                   np.array(["a", "b"]), np.array([0, 2]), np.array([1, 2]), "mem")
+    nan.features[1, 0] = np.nan  # a Dataset refuses NaN when made, not when written to in place
     with pytest.raises(SmoothrankError, match=r"row 1 \(line 2\) has a non-finite feature value"):
         write_letor(tmp_path / "nan.txt", nan)
     hashed = Dataset.from_arrays(np.ones((2, 2), np.float32), np.zeros(2), ["q#1", "q#1"])
@@ -223,6 +224,40 @@ def test_from_arrays_refuses_nan_inf_and_float32_overflow():
     with pytest.raises(SmoothrankError, match=r"labels\[1\] is 16777217, beyond 2\^24"):
         Dataset.from_arrays(np.ones((2, 1)), np.array([0, 2**24 + 1]), [1, 1])
     assert Dataset.from_arrays(np.ones((2, 1)), np.array([0, 2**24]), [1, 1]).labels[1] == 2**24
+
+
+def test_non_finite_features_are_refused_wherever_a_dataset_is_made(tmp_path):
+    # A review found np.log(features) (-inf for a 0) accepted by with_features and the constructor;
+    # QueryMinMax then turned every value into NaN and training batches carried NaN, silently.
+    path = _write(tmp_path, "1 qid:1 1:2 2:1\n0 qid:1 1:0 2:3\n", name="train.txt")
+    ds = load_letor(path, cache=False)
+    with pytest.raises(SmoothrankError, match=r"^with_features: new_features: .*train\.txt:2: column 0 "
+                                              r"\(row 1\) is -inf; features must be finite"):
+        with np.errstate(divide="ignore"):
+            ds.with_features(np.log(ds.features))
+    with pytest.raises(SmoothrankError, match=r"train\.txt:1: column 1 \(row 0\) is inf"):  # beyond float32
+        ds.with_features(np.array([[1.0, 1e39], [1.0, 1.0]]))
+    with pytest.raises(SmoothrankError, match=r"^Dataset: features: <memory>:7: column 0 \(row 1\) is nan"):
+        Dataset(np.array([[1.0], [np.nan]], np.float32), np.zeros(2, np.float32), np.array(["q"]),
+                np.array(["a", "b"]), np.array([0, 2]), np.array([3, 7]))
+    assert ds.with_features(np.log1p(ds.features)).n_features == 2
+    assert Dataset.from_arrays(np.zeros((1, 0)), np.zeros(1), [1]).n_features == 0  # nothing to check
+    # NULL values are still read as null_value, which must itself be finite
+    nulls = _write(tmp_path, "1 qid:1 1:NULL 2:1\n", name="nulls.txt")
+    assert load_letor(nulls, null_value=-1.0, cache=False).features.tolist() == [[-1.0, 1.0]]
+
+
+def test_transforms_refuse_non_finite_input_by_line_and_column():
+    from smoothrank.data.transforms import QueryMinMax, SignedLog1p, Standardize
+
+    ds = Dataset.from_arrays(np.array([[1.0, 2.0], [3.0, 2.0], [5.0, 1.0]]), np.zeros(3), [1, 1, 2])
+    train = Standardize().fit(ds)
+    ds.features[1, 0] = -np.inf  # the arrays of a frozen Dataset can still be written in place
+    cases = [(QueryMinMax().fit_transform, "QueryMinMax"), (Standardize().fit, "Standardize.fit"),
+             (train.transform, "Standardize"), (SignedLog1p().transform, "SignedLog1p")]
+    for transform, name in cases:
+        with pytest.raises(SmoothrankError, match=rf"^{name}: <arrays>:2: column 0 \(row 1\) is -inf"):
+            transform(ds)
 
 
 # ----------------------------------------------------------------------------- transforms

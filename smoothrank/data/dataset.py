@@ -61,6 +61,7 @@ class Dataset:
 
     def __post_init__(self) -> None:
         _validate(self)
+        check_finite_features(self, "Dataset: features")
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -152,9 +153,12 @@ class Dataset:
         if new_features.ndim != 2 or new_features.shape[0] != self.n_docs:
             raise SmoothrankError(f"with_features: new_features must have shape ({self.n_docs}, F), "
                                   f"got {new_features.shape}")
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, refused below with its line
+            features = new_features.astype(np.float32, copy=False)
+        check_finite_features(self, "with_features: new_features", features)
         # Other columns: the file's index base no longer maps indices to them.
-        return Dataset(new_features.astype(np.float32, copy=False), self.labels, self.qids,
-                       self.doc_ids, self.offsets, self.line_numbers, self.source)
+        return Dataset(features, self.labels, self.qids, self.doc_ids, self.offsets, self.line_numbers,
+                       self.source)
 
     def subset(self, queries: Sequence[int] | np.ndarray) -> Dataset:
         """A dataset of the given queries, in the given order."""
@@ -219,6 +223,20 @@ def _finite_float32(values: np.ndarray, name: str) -> np.ndarray:
         raise SmoothrankError(f"from_arrays: {name}{list(map(int, where))} is {float(values[where])!r}, "
                               "not a finite float32 (NaN, inf or beyond its range); fill or drop it first")
     return out
+
+
+def check_finite_features(ds: Dataset, what: str, features: np.ndarray | None = None) -> None:
+    """Raise a SmoothrankError naming the first NaN/inf of ``features`` (default ``ds.features``) by its
+    source line and column: one would turn every value of its query or column into NaN downstream
+    (QueryMinMax, Standardize, the losses) without a word."""
+    f = ds.features if features is None else features
+    # min and max propagate NaN and hold any inf: two cheap reductions, no n_docs x F temporary
+    if f.size == 0 or (np.isfinite(f.min()) and np.isfinite(f.max())):
+        return
+    row, col = (int(i) for i in np.unravel_index(int(np.argmax(~np.isfinite(f))), f.shape))
+    raise SmoothrankError(f"{what}: {ds.source}:{int(ds.line_numbers[row])}: column {col} (row {row}) is "
+                          f"{float(f[row, col])!r}; features must be finite float32: fill or drop NaN/inf "
+                          "first (e.g. np.log of 0 is -inf: use np.log1p or a SignedLog1p transform)")
 
 
 def _validate(ds: Dataset) -> None:

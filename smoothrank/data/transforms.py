@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from smoothrank.data.dataset import Dataset
+from smoothrank.data.dataset import Dataset, check_finite_features
 from smoothrank.errors import SmoothrankError
 
 
@@ -44,6 +44,7 @@ class Standardize(Transform):
         self.std: np.ndarray | None = None
 
     def fit(self, dataset: Dataset) -> Standardize:
+        check_finite_features(dataset, "Standardize.fit")  # an inf makes the mean inf, every value NaN
         x = dataset.features.astype(np.float64)
         self.mean = x.mean(axis=0)
         std = x.std(axis=0)
@@ -54,6 +55,7 @@ class Standardize(Transform):
         if self.mean is None or self.std is None:
             raise SmoothrankError("Standardize: call fit(train_dataset) before transform")
         _check_width(dataset, self.mean.shape[0], "Standardize")
+        check_finite_features(dataset, "Standardize")  # else reported as standardised beyond float32
         z = (dataset.features.astype(np.float64) - self.mean) / self.std
         with np.errstate(over="ignore"):
             out = z.astype(np.float32)
@@ -88,6 +90,7 @@ class SignedLog1p(Transform):
         self.features = features
 
     def transform(self, dataset: Dataset) -> Dataset:
+        check_finite_features(dataset, "SignedLog1p")
         x = dataset.features.copy()
         cols = slice(None) if self.features is None else self.features
         if self.features is not None and self.features and max(self.features) >= dataset.n_features:
@@ -107,6 +110,7 @@ class QueryMinMax(Transform):
     """
 
     def transform(self, dataset: Dataset) -> Dataset:
+        check_finite_features(dataset, "QueryMinMax")  # an inf makes the span inf: its query all NaN
         x = dataset.features.astype(np.float64)  # a span of two float32 values can overflow float32
         starts = dataset.offsets[:-1]
         lo = np.minimum.reduceat(x, starts, axis=0)
