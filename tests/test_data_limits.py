@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
+import lzma
 import re
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -284,6 +288,58 @@ def test_standardised_values_beyond_float32_name_the_file_line_and_column(tmp_pa
         with pytest.raises(SmoothrankError, match=r"valid\.txt:2: column 0 \(3e\+38\) standardises to "
                                                   r"6e\+38, beyond float32 \(training mean 0\.5, std 0\.5\)"):
             Standardize().fit(train).transform(load_letor(path, cache=False))
+
+
+# ----------------------------------------------------------------------------- other formats
+_TEXT = b"1 qid:1 1:1\n0 qid:1 1:2\n"
+
+
+def _zipped(data: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("data.txt", data)
+    return out.getvalue()
+
+
+_OTHER_FORMATS = {
+    "bz2": (bz2.compress(_TEXT), "bz2-compressed; only plain and gzip files are read: decompress it first"),
+    "bz2_empty": (bz2.compress(b""), "bz2-compressed"),
+    "xz": (lzma.compress(_TEXT), "xz-compressed; only plain and gzip files are read"),
+    "zip": (_zipped(_TEXT), "zip-compressed; only plain and gzip files are read"),
+    "zstd": (bytes.fromhex("28b52ffd2019c90000") + _TEXT, "zstd-compressed; only plain and gzip files"),
+    "utf16le": (_TEXT.decode().encode("utf-16"), "UTF-16 text; convert it to UTF-8/ASCII"),
+    "utf16be": (b"\xfe\xff" + _TEXT.decode().encode("utf-16-be"), "UTF-16 text; convert it to UTF-8/ASCII"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_OTHER_FORMATS))
+def test_compressed_and_utf16_inputs_are_named_not_read_as_a_bad_label(tmp_path, kind):
+    # A review found "f.txt.bz2:1: the label 'BZh91AY&SY...' is not a number".
+    data, message = _OTHER_FORMATS[kind]
+    path = _write(tmp_path, data, f"data.{kind}")
+    with pytest.raises(DataFormatError, match=rf"^{re.escape(f'{path}: {message}')}"):
+        load_letor(path, cache=False)
+    with pytest.raises(DataFormatError, match=rf"^<bytes>: {message.split(';')[0]}"):
+        parse_letor(data)
+    with pytest.raises(DataFormatError, match=rf"^{re.escape(str(path))}: "):
+        read_predictions(path)
+    labels = _write(tmp_path, "1 1:1\n0 1:2\n", "lgb.txt")
+    with pytest.raises(DataFormatError, match=rf"^{re.escape(str(path))}: "):
+        load_letor(labels, query_file=path, cache=False)
+
+
+def test_the_same_formats_inside_gzip_and_text_that_only_looks_alike(tmp_path):
+    utf16 = _write(tmp_path, gzip.compress(_OTHER_FORMATS["utf16le"][0]), "u16.txt.gz")
+    with pytest.raises(DataFormatError, match=r"u16\.txt\.gz \(decompressed\): UTF-16 text"):
+        load_letor(utf16, cache=False)
+    twice = _write(tmp_path, gzip.compress(gzip.compress(_TEXT)), "twice.txt.gz")
+    with pytest.raises(DataFormatError, match=r"twice\.txt\.gz \(decompressed\): gzip-compressed"):
+        load_letor(twice, cache=False)
+    with pytest.raises(DataFormatError, match=r"^<bytes>: gzip-compressed; parse_letor reads plain text"):
+        parse_letor(gzip.compress(_TEXT))
+    # "BZh" alone is not bz2: such a file is still a bad label, named by its line
+    with pytest.raises(DataFormatError, match=r"bzh\.txt:1: the label 'BZh9' is not a number"):
+        load_letor(_write(tmp_path, b"BZh9 qid:1 1:1\n", "bzh.txt"), cache=False)
 
 
 # ----------------------------------------------------------------------------- byte order marks

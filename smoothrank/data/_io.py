@@ -13,9 +13,39 @@ from typing import IO
 from smoothrank._atomic import atomic_writer, write_bytes_atomic
 from smoothrank.errors import DataFormatError
 
-__all__ = ["atomic_writer", "gzip_errors", "is_gzip", "open_binary", "read_bytes", "write_bytes_atomic"]
+__all__ = ["atomic_writer", "check_readable", "gzip_errors", "is_gzip", "open_binary", "read_bytes",
+           "sniff_format", "write_bytes_atomic"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: Enough leading bytes to tell every format below.
+HEAD_BYTES = 10
+#: Leading bytes of formats the readers do not read: read as text, they make a baffling first error
+#: ("the label 'BZh91AY&SY...' is not a number"). bz2 is "BZh", a block size digit, then the magic of
+#: a block (pi) or of the stream's end (sqrt(pi), an empty stream), so no text line matches it.
+_MAGIC = ((GZIP_MAGIC, "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"),
+          (b"(\xb5/\xfd", "zstd"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+_BZ2_BLOCK = (b"1AY&SY", b"\x17rE8P\x90")
+
+
+def sniff_format(head: bytes) -> str | None:
+    """The format the first bytes of an input show when it is not plain text: "gzip", "bz2", "xz",
+    "zip", "zstd" or "UTF-16" (by its byte order mark); None for anything else."""
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in _BZ2_BLOCK:
+        return "bz2"
+    return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
+
+
+def check_readable(head: bytes, where: str, *, gzip_ok: bool = True,
+                   reads: str = "only plain and gzip files are read") -> None:
+    """Raise a DataFormatError naming ``where`` if ``head`` starts a compressed (gzip too unless
+    ``gzip_ok``) or UTF-16 input, which the readers would take for malformed text."""
+    kind = sniff_format(head)
+    if kind is None or (kind == "gzip" and gzip_ok):
+        return
+    if kind == "UTF-16":
+        raise DataFormatError(f"{where}: UTF-16 text; convert it to UTF-8/ASCII "
+                              "(e.g. iconv -f UTF-16 -t UTF-8)")
+    raise DataFormatError(f"{where}: {kind}-compressed; {reads}: decompress it first")
 
 
 def is_gzip(path: Path) -> bool:
@@ -25,10 +55,22 @@ def is_gzip(path: Path) -> bool:
 
 
 def open_binary(path: Path) -> IO[bytes]:
-    """Open ``path`` for reading bytes, decompressing it on the fly if it is gzip."""
-    if is_gzip(path):
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+    """Open ``path`` for reading bytes, decompressing it on the fly if it is gzip; other compressed
+    or UTF-16 files are a DataFormatError (a damaged gzip stream may raise what :func:`gzip_errors`
+    turns into one)."""
+    with open(path, "rb") as handle:
+        head = handle.read(HEAD_BYTES)
+    check_readable(head, str(path))
+    if not head.startswith(GZIP_MAGIC):
+        return open(path, "rb")
+    stream = gzip.open(path, "rb")
+    try:  # the same mistakes inside the gzip (a gzip of UTF-16 text, a file gzipped twice)
+        check_readable(stream.peek(HEAD_BYTES)[:HEAD_BYTES], f"{path} (decompressed)", gzip_ok=False,
+                       reads="a gzip file must hold plain text")
+    except BaseException:
+        stream.close()
+        raise
+    return stream
 
 
 @contextlib.contextmanager

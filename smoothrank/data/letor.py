@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from smoothrank.data import cache as _cache
-from smoothrank.data._io import BOM, gzip_errors, open_binary, without_bom
+from smoothrank.data._io import BOM, HEAD_BYTES, check_readable, gzip_errors, open_binary, without_bom
 from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset
 from smoothrank.errors import DataFormatError, SmoothrankError
 
@@ -101,7 +101,8 @@ def load_letor(
     Parameters
     ----------
     path
-        The file. gzip is recognised by its magic bytes, whatever the suffix.
+        The file. gzip is recognised by its magic bytes, whatever the suffix; bz2, xz, zip, zstd and
+        UTF-16 files are refused by theirs (decompress or convert them first).
     n_features
         The declared feature count; an index beyond it is an error. ``None``: the largest index.
     query_file
@@ -174,6 +175,7 @@ def parse_letor(
 ) -> Dataset:
     """Parse LETOR text already in memory (the options are those of :func:`load_letor`)."""
     opts = ReaderOptions(**options)  # type: ignore[arg-type]
+    check_readable(data[:HEAD_BYTES], source, gzip_ok=False, reads="parse_letor reads plain text")
     data = without_bom(data)
     sizes = None if query_sizes is None else _check_query_sizes(query_sizes)
     context = {"source": source, "options": opts, "query_sizes": sizes, "query_source": "query_sizes"}
