@@ -229,6 +229,40 @@ def test_empty_file_and_bad_options(tmp_path):
         load_letor(path, zero_based="yes")
 
 
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("zero_based", 0, r"zero_based: expected True, False or 'auto', got 0; for a dataset's index base "
+                      r"\(0 or 1\) pass zero_based=\(index_base == 0\)"),
+    ("zero_based", 1, r"zero_based: expected True, False or 'auto', got 1; .*\(index_base == 0\)"),
+    ("zero_based", "no", r"zero_based: expected True, False or 'auto', got 'no'$"),
+    ("allow_real_labels", "no", r"allow_real_labels: expected True or False, got 'no'$"),
+    ("allow_negative_labels", 1, r"allow_negative_labels: expected True or False, got 1$"),
+    ("regroup", "yes", r"regroup: expected True or False, got 'yes'$"),
+    ("cache", "no", r"cache: expected True or False, got 'no'$"),
+], ids=["zero_based=0", "zero_based=1", "zero_based=no", "allow_real_labels=no", "allow_negative_labels=1",
+        "regroup=yes", "cache=no"])
+def test_boolean_reader_options_take_only_bools(tmp_path, option, value, message):
+    # A review found load_letor(test, zero_based=train.index_base) with base 0 read as zero_based=False
+    # (every column shifted) and allow_real_labels="no" allowing real labels (a truthy string).
+    path = _write(tmp_path, "0.5 qid:1 0:1 1:2\n")
+    with pytest.raises(SmoothrankError, match=rf"^{message}"):
+        load_letor(path, **{option: value})
+    if option != "cache":
+        with pytest.raises(SmoothrankError, match=rf"^{message}"):
+            parse_letor(b"1 qid:1 1:1\n", **{option: value})
+    # a numpy bool (from a comparison) is a bool, and "auto" stays where documented
+    ds = load_letor(path, zero_based=np.int64(0) == 0, allow_real_labels=np.bool_(True), cache=False)
+    assert ds.index_base == 0 and ds.labels.tolist() == [0.5]
+    assert load_letor(path, zero_based="auto", allow_real_labels=True).index_base == 0
+    assert letor.ReaderOptions(zero_based=np.bool_(False)).as_dict()["zero_based"] is False
+
+
+def test_load_mq2008_takes_only_a_bool_cache():
+    from smoothrank.datasets import load_mq2008
+
+    with pytest.raises(SmoothrankError, match=r"^cache: expected True or False, got 0$"):
+        load_mq2008(1, "test", cache=0)
+
+
 # ----------------------------------------------------------------------------- properties
 @st.composite
 def letor_files(draw):

@@ -57,6 +57,21 @@ MAX_INFERRED_FEATURES = 1 << 16
 _CHUNK_BYTES = 1 << 24
 
 
+def check_bool(value: object, name: str, *, auto: bool = False) -> bool | str:
+    """``value`` if it is a bool (or ``"auto"`` where ``auto``), else a SmoothrankError naming option
+    ``name``: ``zero_based=0`` (an index base) would mean False and shift every column, and a truthy
+    ``"no"`` would mean True."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if auto and isinstance(value, str) and value == "auto":
+        return value
+    expected = "True, False or 'auto'" if auto else "True or False"
+    hint = ""
+    if name == "zero_based" and isinstance(value, int | np.integer):
+        hint = "; for a dataset's index base (0 or 1) pass zero_based=(index_base == 0)"
+    raise SmoothrankError(f"{name}: expected {expected}, got {value!r}{hint}")
+
+
 @dataclass(frozen=True)
 class ReaderOptions:
     """The reader's options (documented in :func:`load_letor`); part of the cache key."""
@@ -72,8 +87,9 @@ class ReaderOptions:
         if self.n_features is not None and (not isinstance(self.n_features, int | np.integer)
                                             or isinstance(self.n_features, bool) or self.n_features < 1):
             raise SmoothrankError(f"n_features: expected a positive integer or None, got {self.n_features!r}")
-        if self.zero_based not in (True, False, "auto"):
-            raise SmoothrankError(f"zero_based: expected True, False or 'auto', got {self.zero_based!r}")
+        for name in ("zero_based", "allow_real_labels", "allow_negative_labels", "regroup"):
+            # np.bool_ (from a comparison) is kept as a plain bool: the options are also a cache key
+            object.__setattr__(self, name, check_bool(getattr(self, name), name, auto=name == "zero_based"))
         if self.null_value is not None and not np.isfinite(float(self.null_value)):
             raise SmoothrankError(f"null_value: expected a finite number or None, got {self.null_value!r}")
 
@@ -136,8 +152,10 @@ def load_letor(
         if path.exists():
             raise SmoothrankError(f"{path}: not a file")
         raise FileNotFoundError(2, "No such file or directory", str(path))
-    options = ReaderOptions(n_features, zero_based, null_value, bool(allow_real_labels),
-                            bool(allow_negative_labels), bool(regroup))
+    options = ReaderOptions(n_features, zero_based, null_value, allow_real_labels, allow_negative_labels,
+                            regroup)
+    if cache is not None:
+        check_bool(cache, "cache")
     side = _find_query_file(path, query_file)
     use_cache = cache if cache is not None else path.stat().st_size >= AUTO_CACHE_BYTES
     key = None

@@ -18,7 +18,7 @@ from typing import Any
 
 from smoothrank.data import cache as _cache
 from smoothrank.data.dataset import Dataset
-from smoothrank.data.letor import ReaderOptions, load_letor, parse_letor
+from smoothrank.data.letor import ReaderOptions, check_bool, load_letor, parse_letor
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 __all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
@@ -77,6 +77,8 @@ def load_mq2008(fold: int = 1, split: str = "train", *, path: str | os.PathLike[
     MQ2008: 784 queries, 15,211 documents, 46 features, labels 0/1/2.
     """
     fold, split = _check_fold_split(fold, split)
+    if cache is not None:
+        check_bool(cache, "cache")  # a truthy "no" would mean yes
     if path is not None:
         return load_letor(_user_file(Path(path), fold, split), cache=cache)
     source = f"MQ2008 Fold{fold}/{split}.txt (bundled)"
