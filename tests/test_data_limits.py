@@ -6,6 +6,7 @@ import bz2
 import gzip
 import io
 import lzma
+import mmap
 import re
 import warnings
 import zipfile
@@ -288,6 +289,29 @@ def test_standardised_values_beyond_float32_name_the_file_line_and_column(tmp_pa
         with pytest.raises(SmoothrankError, match=r"valid\.txt:2: column 0 \(3e\+38\) standardises to "
                                                   r"6e\+38, beyond float32 \(training mean 0\.5, std 0\.5\)"):
             Standardize().fit(train).transform(load_letor(path, cache=False))
+
+
+def test_parse_letor_reads_buffers_and_refuses_text_naming_the_argument(tmp_path):
+    # A review found bytearray (unhashable qids), memoryview and mmap failing deep inside the parser.
+    text = b"2 qid:a 1:1 2:3\n0 qid:a 1:2\n1 qid:b 2:5 #docid = d3\n"
+    rows = 4000  # large inputs go through the compiled scanner
+    large = b"".join(f"{i % 3} qid:{i // 4} 1:{i} 2:0.5\n".encode() for i in range(rows))
+    assert len(large) >= letor.FAST_MIN_BYTES
+    path = _write(tmp_path, text)
+    for data in (text, large):
+        expected = parse_letor(data)
+        with open(_write(tmp_path, data, "mapped.txt"), "rb") as handle, \
+                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            for buffer in (bytearray(data), memoryview(data), mapped):
+                got = parse_letor(buffer)
+                np.testing.assert_array_equal(got.features, expected.features)
+                assert got.qids.tolist() == expected.qids.tolist()
+                assert got.doc_ids.tolist() == expected.doc_ids.tolist()
+    with pytest.raises(SmoothrankError, match=r"^data: expected bytes, got str; encode the text, e\.g\. "
+                                              r"text\.encode\(\)$"):
+        parse_letor(text.decode())
+    with pytest.raises(SmoothrankError, match=r"^data: expected bytes .*, got \w*Path$"):
+        parse_letor(path)
 
 
 # ----------------------------------------------------------------------------- other formats

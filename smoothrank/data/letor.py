@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import mmap
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -185,13 +186,18 @@ def load_letor(
 
 
 def parse_letor(
-    data: bytes,
+    data: bytes | bytearray | memoryview | mmap.mmap,
     *,
     source: str = "<bytes>",
     query_sizes: Sequence[int] | None = None,
     **options: object,
 ) -> Dataset:
-    """Parse LETOR text already in memory (the options are those of :func:`load_letor`)."""
+    """Parse LETOR text already in memory (the options are those of :func:`load_letor`).
+
+    ``data`` is bytes or a buffer of them (bytearray, memoryview, mmap: copied once); text (``str``)
+    must be encoded first.
+    """
+    data = _input_bytes(data)
     opts = ReaderOptions(**options)  # type: ignore[arg-type]
     check_readable(data[:HEAD_BYTES], source, gzip_ok=False, reads="parse_letor reads plain text")
     data = without_bom(data)
@@ -203,6 +209,18 @@ def parse_letor(
             if dataset is not None:
                 return dataset
         return _parse_lines([data.splitlines(keepends=True)], **context)
+
+
+def _input_bytes(data: object) -> bytes:
+    """``data`` as bytes: the parser hashes qid slices (a bytearray's are unhashable) and splits lines."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview | mmap.mmap):
+        return bytes(data)
+    if isinstance(data, str):
+        raise SmoothrankError("data: expected bytes, got str; encode the text, e.g. text.encode()")
+    raise SmoothrankError("data: expected bytes (or a bytearray, memoryview or mmap), "
+                          f"got {type(data).__name__}")
 
 
 def _check_query_sizes(query_sizes: Sequence[int]) -> np.ndarray:
