@@ -205,6 +205,9 @@ def test_write_letor_refuses_what_it_could_not_read_back(tmp_path):
     hashed = Dataset.from_arrays(np.ones((2, 2), np.float32), np.zeros(2), ["q#1", "q#1"])
     with pytest.raises(SmoothrankError, match="qid 'q#1' contains '#'"):  # '#...' would read as a comment
         write_letor(tmp_path / "hash.txt", hashed)
+    colon = Dataset.from_arrays(np.ones((1, 1), np.float32), np.zeros(1), ["q:1"])
+    with pytest.raises(SmoothrankError, match="qid 'q:1' contains ':', which the LETOR reader refuses"):
+        write_letor(tmp_path / "colon.txt", colon)
     spaced = Dataset.from_arrays(np.ones((1, 1), np.float32), np.zeros(1), ["q 1"])
     with pytest.raises(SmoothrankError, match="qid 'q 1' is empty or contains whitespace; the file could"):
         write_letor(tmp_path / "space.txt", spaced)

@@ -174,6 +174,12 @@ BAD_CASES = {
     "index_zero_one_based": ("0 qid:1 0:1\n", {"zero_based": False}, 1, "feature index 0"),
     "empty_qid": ("0 qid: 1:1\n", {}, 1, "empty query id"),
     "qid_not_second": ("0 1:1 qid:3\n1 qid:3 1:1\n", {}, 1, "must be the second token"),
+    # a qid run into the next token: it used to be read as qid '1\xa01:1' with no features, silently
+    "nbsp_after_qid": ("1 qid:1 1:1\n0 qid:1\u00a01:1\n", {}, 2,
+                       "the qid '1\\xa01:1' contains a non-breaking space (U+00A0, bytes C2 A0), which does "
+                       "not separate tokens"),
+    "em_space_in_qid": ("1 qid:7\u20031:1\n", {}, 1, "contains non-ASCII whitespace (U+2003)"),
+    "colon_in_qid": ("1 qid:1 1:1\n0 qid:a:b 1:1\n", {}, 2, "the qid 'a:b' contains ':'"),
 }
 
 
@@ -400,7 +406,6 @@ CLEAN_CASES = {
                      b"9:123456789012345678901 10:1e+30 11:-2.5e-7 12:000000000000000000000000001\n", {}),
     "whitespace": (b"  1\tqid:7\x0b 1:1 \x0c 2:2\t\r\n", {}),
     "utf8_ids": ("1 qid:é 1:1 #docid = dé\n".encode(), {}),
-    "qid_like_tokens": (b"1 qid:a:b 1:1\n1 qid:a:b 2:1\n", {}),
     "regroup": (b"1 qid:a 1:1\n0 qid:b 1:2\n2 qid:a 1:3\n", {"regroup": True}),
     "n_features_wider": (b"1 qid:1 1:1\n", {"n_features": 4}),
     "index_equal_n_features_one_based": (b"1 qid:1 3:1\n", {"n_features": 3}),

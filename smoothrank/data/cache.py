@@ -23,8 +23,9 @@ from smoothrank.data._io import atomic_writer
 from smoothrank.errors import SmoothrankWarning
 
 #: Bump when the parser's output for the same input and options changes, including when it starts
-#: refusing an input it used to read (2: integer labels beyond 2^24; 3: the file's index base is kept).
-FORMAT_VERSION = 3
+#: refusing an input it used to read (2: integer labels beyond 2^24; 3: the file's index base is kept;
+#: 4: a qid holding ':' or non-ASCII whitespace is refused).
+FORMAT_VERSION = 4
 _FIELDS = ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers", "index_base")
 
 

@@ -10,7 +10,8 @@ holding one group size per line.
 Strict by default: every problem is reported as ``DataFormatError("<file>:<line>: ...")``.
 Refused: a non-numeric or non-finite label or value, a missing ``qid:``, a feature index
 repeated on one line, an index beyond ``n_features``, a qid that reappears after another
-qid's block (unless ``regroup=True``), fractional or negative labels (unless allowed).
+qid's block (unless ``regroup=True``), a qid holding ':' or non-ASCII whitespace (a non-breaking
+space after it), fractional or negative labels (unless allowed).
 
 Speed: inputs of at least :data:`FAST_MIN_BYTES` go first through a compiled scanner
 (:mod:`smoothrank.data._letor_kernel`, Numba) that reads the clean case, 16 MiB at a time, and
@@ -683,7 +684,7 @@ def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: n
             else:
                 first_block[q] = b
         qid_order = list(first_block)
-        qids = np.asarray([_decode(q, source, int(lines[starts[first_block[q]]]), "qid") for q in qid_order],
+        qids = np.asarray([_qid_text(q, source, int(lines[starts[first_block[q]]])) for q in qid_order],
                           dtype=np.str_)
         if regroup_needed:
             rank = {q: r for r, q in enumerate(qid_order)}
@@ -735,6 +736,25 @@ def _decode(raw: bytes, source: str, line: int, what: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise DataFormatError(f"{source}:{line}: the {what} {raw!r} is not valid UTF-8") from None
+
+
+def _qid_text(raw: bytes, source: str, line: int) -> str:
+    """The qid ``raw`` as text. One holding ':' or non-ASCII whitespace is a qid run into the next token,
+    typically across a non-breaking space, which ``bytes.split`` does not split on (``qid:1\\xa01:1`` is
+    qid '1\\xa01:1' and no features): refused here, where both readers share the check."""
+    text = _decode(raw, source, line, "qid")
+    if b":" not in raw and raw.isascii():
+        return text  # the common case: one scan
+    space = next((c for c in text if c.isspace() and ord(c) > 127), None)
+    if space is not None:
+        name = "a non-breaking space (U+00A0, bytes C2 A0)" if space == "\xa0" else \
+            f"non-ASCII whitespace (U+{ord(space):04X})"
+        why = f"{name}, which does not separate tokens: use an ASCII space or tab"
+    elif b":" in raw:
+        why = "':' (a space missing before a feature?); a qid must not contain ':'"
+    else:
+        return text
+    raise DataFormatError(f"{source}:{line}: the qid {_show(raw)} contains {why}")
 
 
 def _show(raw: bytes) -> str:

@@ -150,6 +150,8 @@ def write_letor(path: str | os.PathLike[str], dataset: Dataset, *, sparse: bool 
         _check_token(qid, "qid")
         if "#" in qid:  # the reader would take the rest of the line (the features) for a comment
             raise SmoothrankError(f"qid {qid!r} contains '#', which starts a comment in a LETOR file")
+        if ":" in qid:  # the reader refuses it: the mark of a qid run into a feature token
+            raise SmoothrankError(f"qid {qid!r} contains ':', which the LETOR reader refuses in a qid")
     query_of_row = dataset.query_of_row()
     names = [f"{j + 1}:" for j in range(dataset.n_features)]
     with atomic_writer(path) as handle:
