@@ -268,6 +268,28 @@ def test_transforms_refuse_non_finite_input_by_line_and_column():
             transform(ds)
 
 
+def test_subset_refuses_non_integer_indices_and_reads_a_boolean_mask():
+    # A review found subset([0.7]) returning query 0: the float was truncated.
+    ds = Dataset.from_arrays(np.arange(5, dtype=np.float32)[:, None], np.zeros(5), ["a", "a", "b", "c", "c"])
+    for queries, shown in [([0.7], "float64 (e.g. 0.7)"), (np.array([1.0, 2.0]), "float64 (e.g. 1.0)"),
+                           (["1"], "<U1 (e.g. '1')")]:
+        with pytest.raises(SmoothrankError, match=rf"^subset: queries: expected integer query indices or a "
+                                                  rf"boolean mask, got {re.escape(shown)}$"):
+            ds.subset(queries)
+    assert ds.subset([2, -3]).qids.tolist() == ["c", "a"]
+    assert ds.subset(np.array([2, 0], dtype=np.uint8)).qids.tolist() == ["c", "a"]
+    mask = ds.subset(np.array([True, False, True]))
+    assert mask.qids.tolist() == ["a", "c"] and mask.features[:, 0].tolist() == [0, 1, 3, 4]
+    assert ds.subset([False, True, False]).qids.tolist() == ["b"]
+    with pytest.raises(SmoothrankError, match=r"^subset: queries: a boolean mask needs one entry per query "
+                                              r"\(3\), got shape \(2,\)$"):
+        ds.subset([True, False])
+    with pytest.raises(SmoothrankError, match=r"selects no query"):
+        ds.subset([False, False, False])
+    with pytest.raises(SmoothrankError, match=r"^subset: queries is empty$"):
+        ds.subset([])
+
+
 # ----------------------------------------------------------------------------- transforms
 @pytest.mark.parametrize("change", [{"mean": [float("nan"), 0.0]}, {"std": [1.0, 0.0]}, {"std": [1.0]},
                                     {"mean": None}])

@@ -161,10 +161,9 @@ class Dataset:
                        self.source)
 
     def subset(self, queries: Sequence[int] | np.ndarray) -> Dataset:
-        """A dataset of the given queries, in the given order."""
-        idx = np.asarray(queries, dtype=np.int64).reshape(-1)
-        if idx.size == 0:
-            raise SmoothrankError("subset: queries is empty")
+        """A dataset of the given queries, in the given order: integer indices (negative ones count from
+        the end) or a boolean mask with one entry per query."""
+        idx = _query_indices(queries, self.n_queries)
         if idx.min() < -self.n_queries or idx.max() >= self.n_queries:
             raise SmoothrankError(f"subset: queries out of range for {self.n_queries} queries")
         idx = idx % self.n_queries
@@ -209,6 +208,26 @@ def concat_datasets(datasets: Sequence[Dataset], *, source: str | None = None) -
                    offsets.astype(np.int64), np.concatenate([d.line_numbers for d in parts]),
                    source if source is not None else " + ".join(d.source for d in parts),
                    bases.pop() if len(bases := {d.index_base for d in parts}) == 1 else None)
+
+
+def _query_indices(queries: Sequence[int] | np.ndarray, n_queries: int) -> np.ndarray:
+    """``queries`` of :meth:`Dataset.subset` as int64 indices; a float is refused, not truncated
+    (``[0.7]`` was query 0)."""
+    raw = np.asarray(queries)
+    if raw.size == 0:
+        raise SmoothrankError("subset: queries is empty")
+    if raw.dtype == np.bool_:
+        if raw.shape != (n_queries,):
+            raise SmoothrankError(f"subset: queries: a boolean mask needs one entry per query ({n_queries}), "
+                                  f"got shape {raw.shape}")
+        if not raw.any():
+            raise SmoothrankError("subset: queries: the boolean mask selects no query")
+        return np.flatnonzero(raw)
+    if raw.dtype.kind not in "iu":
+        first = raw.reshape(-1)[:1].tolist()[0]
+        raise SmoothrankError(f"subset: queries: expected integer query indices or a boolean mask, got "
+                              f"{raw.dtype} (e.g. {first!r})")
+    return raw.astype(np.int64).reshape(-1)
 
 
 def _finite_float32(values: np.ndarray, name: str) -> np.ndarray:
