@@ -583,6 +583,7 @@ def test_summary_adjusts_each_metric_over_the_methods():
         text = format_markdown(rows, metrics=["ndcg@1"], title="T", convention="trec", baseline="base",
                                alpha=0.05, correction=correction)
         assert {"holm": "Holm-adjusted", "bh": "Benjamini-Hochberg-adjusted"}[correction] in text
+        assert "`trec`" in text  # every number printed with its convention (PITFALLS 10)
     assert all(plain[m]["p_adjusted"] == plain[m]["p_value"] for m in shifts)  # none: unchanged
     assert plain["marginal"]["significant"] == 1 and plain["marginal"]["p_value"] > 0.025
     assert "p_adjusted" in format_csv(rows, convention="trec").splitlines()[0]

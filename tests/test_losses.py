@@ -481,6 +481,11 @@ def test_rank_net_and_lambda_rank_stable_at_large_score_gap() -> None:
             assert torch.isfinite(loss) and torch.isfinite(g).all()
             assert g[0, 0] < 0  # the wrongly ordered relevant document still gets pushed up
             torch.testing.assert_close(g[0, 0], -g[0, 1])
+            # The twice-differentiable path (a booster's Hessian) is written in the same stable form.
+            (g2,) = torch.autograd.grad(fn(s, y), s, create_graph=True)
+            (h,) = torch.autograd.grad(g2[0, 0], s)
+            torch.testing.assert_close(g2.detach(), g)
+            assert torch.isfinite(h).all()
 
 
 def test_list_net_keeps_gradient_when_probabilities_underflow() -> None:

@@ -246,6 +246,28 @@ def test_evaluate_model_matches_metrics_on_full_lists(small_letor):
     assert got == pytest.approx(expected, abs=1e-12)
 
 
+def test_the_seed_sets_the_initial_weights_and_the_batch_order_each(small_letor, tmp_path):
+    # PITFALLS 17, separately for each use of the seed (a mutation review found a seed ignored by either
+    # one still passing): a loss of zero gradient leaves the initial weights, and records the batches.
+    def run(seed: int) -> tuple[dict, list[torch.Tensor]]:
+        seen: list[torch.Tensor] = []
+        folder = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+
+        def recording(scores, labels, *, mask=None):
+            seen.append(labels.clone())
+            return scores.sum() * 0.0
+
+        config = make_config(small_letor, folder, seed=seed, training={"epochs": 1},
+                             model={"dropout": 0.0})
+        return train(config, quiet=True, loss_fn=recording).model.state_dict(), seen
+
+    (weights, batches), (again, batches_again), (other, other_batches) = run(3), run(3), run(4)
+    assert _weights_equal(weights, again)
+    assert all(torch.equal(a, b) for a, b in zip(batches, batches_again, strict=True))
+    assert not any(torch.equal(weights[k], other[k]) for k in weights)
+    assert not all(torch.equal(a, b) for a, b in zip(batches, other_batches, strict=True))
+
+
 def test_metric_names_are_read_as_evaluate_keys_them(small_letor, tmp_path):
     # Found by a review on 2026-11-24: "NDCG@3" passed the config check (evaluate lower-cases its
     # names), then the trainer looked the result up as "NDCG@3" and failed after the first epoch.
