@@ -802,3 +802,36 @@ def test_tiny_smoothing_with_tied_scores_gives_finite_gradients(dtype: torch.dty
             loss = losses.get(name, **opts)(x, y, mask=mask)
             (g,) = torch.autograd.grad(loss, x)
             assert torch.isfinite(loss) and torch.isfinite(g).all(), (name, opts)
+
+
+def test_informative_queries_are_what_the_mean_divides_by() -> None:
+    # The count a distributed job all-reduces for an exact global mean (docs/losses.md): checked
+    # against sum / mean of every loss, with queries of no relevant document, of one label only,
+    # fully padded, and with a gain mapping that makes label 0 relevant.
+    torch.manual_seed(0)
+    b, n = 40, 8
+    scores, labels = torch.randn(b, n, dtype=F64), torch.randint(0, 3, (b, n)).to(F64)
+    labels[::3] = 0
+    labels[1::7] = 1
+    mask = torch.rand(b, n) > 0.2
+    mask[5] = False
+    cases = [(name, {}) for name in losses.available()]
+    cases += [(name, {"k": 2}) for name in ("neural_ndcg", "soft_ndcg", "rank_net", "lambda_rank")]
+    cases += [(name, {"gain": {0: 1.0, 1: 2.0, 2: 5.0}}) for name in ("approx_ndcg", "lambda_rank")]
+    counts = set()
+    for name, opts in cases:
+        if name == "list_mle":
+            opts = {"generator": 0}
+        total = losses.get(name, **opts)(scores, labels, mask=mask, reduction="sum")
+        mean = losses.get(name, **opts)(scores, labels, mask=mask, reduction="mean")
+        count = losses.informative_queries(losses.get(name, **opts), labels, mask=mask)
+        assert count.shape == (b,) and count.dtype == torch.bool
+        torch.testing.assert_close(total / count.sum(), mean, rtol=1e-12, atol=0), (name, opts)
+        per_query = losses.get(name, **opts)(scores, labels, mask=mask, reduction="none")
+        assert bool((per_query[~count] == 0).all()), (name, opts)
+        counts.add(int(count.sum()))
+    assert len(counts) == 3  # relevant; also two labels (pairwise); every real query (gain of label 0)
+    assert torch.equal(losses.informative_queries("rank_net", labels.long(), mask=mask),
+                       losses.informative_queries(losses.rank_net, labels, mask=mask))
+    with pytest.raises(ConfigError, match="expected a loss name, a registered loss"):
+        losses.informative_queries(lambda s, y, *, mask=None, reduction="mean": s.sum(), labels)

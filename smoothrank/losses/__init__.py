@@ -6,11 +6,19 @@ and keyword-only options. Losses are minimised: NDCG surrogates return minus the
 Queries without a relevant document, and fully padded rows, contribute exactly 0 with a zero
 gradient and are left out of ``reduction="mean"``.
 
-Registry: :func:`get`, :func:`available`, :func:`register`, :func:`options`.
+Registry: :func:`get`, :func:`available`, :func:`register`, :func:`options`; :func:`informative_queries`
+(the queries ``reduction="mean"`` counts, e.g. for a global mean under DDP).
 """
 
 from smoothrank.losses import softrank as softrank  # registers soft_ndcg
-from smoothrank.losses._registry import available, get, options, register, resolve_config_forms
+from smoothrank.losses._registry import (
+    available,
+    get,
+    informative_queries,
+    options,
+    register,
+    resolve_config_forms,
+)
 from smoothrank.losses.listwise import approx_ndcg, list_mle, list_net
 from smoothrank.losses.neural import neural_ndcg, neural_ndcg_transposed
 from smoothrank.losses.pairwise import lambda_rank, rank_net
@@ -28,6 +36,7 @@ __all__ = [
     "approx_ndcg",
     "available",
     "get",
+    "informative_queries",
     "lambda_rank",
     "list_mle",
     "list_net",

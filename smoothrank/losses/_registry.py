@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from smoothrank.errors import ConfigError
@@ -98,3 +99,59 @@ def get(name: str, **opts: Any) -> LossFn:
     bound.loss_name = name  # type: ignore[attr-defined]
     bound.options = dict(opts)  # type: ignore[attr-defined]
     return bound
+
+
+#: Losses whose informative queries are those with a positive ideal DCG (gains and discount as bound).
+_NDCG_BASED = ("neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "soft_ndcg", "lambda_rank")
+_PAIRWISE = ("rank_net", "lambda_rank")
+_LABEL_BASED = ("list_net", "list_mle", "rmse", "rank_net")
+
+
+def _name_and_options(loss: str | LossFn) -> tuple[str, dict[str, Any]]:
+    if isinstance(loss, str):
+        _lookup(loss)
+        return loss, {}
+    if hasattr(loss, "loss_name"):  # bound by get()
+        return loss.loss_name, dict(getattr(loss, "options", {}))  # type: ignore[attr-defined]
+    named = [name for name, fn in _LOSSES.items() if fn is loss]
+    if not named:
+        raise ConfigError("loss: expected a loss name, a registered loss or a loss bound by losses.get")
+    return named[0], {}
+
+
+def informative_queries(loss: str | LossFn, labels: Tensor, *, mask: Tensor | None = None) -> Tensor:
+    """(batch,) bool: the queries that ``reduction="mean"`` of ``loss`` divides by.
+
+    A query counts when it has a real item of positive gain (a positive label for ``list_net``,
+    ``list_mle``, ``rmse`` and ``rank_net``; a positive ideal DCG under the bound ``gain``,
+    ``discount`` and ``k`` for the NDCG-based losses) and, for ``rank_net`` and ``lambda_rank``, two
+    real items of different labels. It depends on the labels only, so every process of a
+    distributed job can count its queries before the forward pass: the exact global mean is
+    ``loss(..., reduction="sum") * world_size / all_reduce(informative_queries(...).sum())``
+    (DistributedDataParallel averages the processes' gradients).
+
+    ``loss``: a built-in loss's name, its function, or the loss bound by :func:`get` (whose options
+    are used).
+    """
+    from smoothrank.losses import _common as C
+
+    name, bound = _name_and_options(loss)
+    if name not in _NDCG_BASED + _LABEL_BASED:
+        raise ConfigError(f"loss: informative_queries knows the built-in losses, not {name!r}")
+    opts = {**options(name), **bound}
+    if not isinstance(labels, Tensor):
+        raise ConfigError(f"labels: expected a torch.Tensor, got {type(labels).__name__}")
+    dtype = labels.dtype if labels.is_floating_point() else torch.float64
+    no_scores = torch.zeros(labels.shape, dtype=dtype, device=labels.device)  # the checks take scores
+    _, labels, mask = C.check_inputs(no_scores, labels, mask)
+    if name in _NDCG_BASED:
+        gains = C.real_gains(labels, mask, opts["gain"])
+        discounts = C.rank_discounts(mask, opts["discount"], opts.get("k"), gains.dtype)
+        valid = C.has_relevant(gains, mask) & (C.ideal_dcg(gains, mask, discounts) > 0)
+    else:
+        valid = C.has_relevant(labels, mask)
+    if name in _PAIRWISE:
+        highest = labels.masked_fill(~mask, float("-inf")).amax(-1)
+        lowest = labels.masked_fill(~mask, float("inf")).amin(-1)
+        valid = valid & (highest > lowest)
+    return valid
