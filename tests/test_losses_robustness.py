@@ -229,3 +229,26 @@ def test_losses_under_torch_compile_compute_as_in_eager(name: str) -> None:
 
     (eager, eager_grad), (compiled, compiled_grad) = run(False), run(True)
     assert torch.equal(compiled, eager) and torch.equal(compiled_grad, eager_grad)
+
+
+def test_soft_ndcg_compiled_before_any_eager_call() -> None:
+    # A compiled first call in a process failed inside Numba's dispatcher ("exception table entry
+    # start instruction has no offset"; review of 2026-11-24): the kernels are now graph breaks.
+    import subprocess
+    import sys
+
+    script = """
+import torch
+from smoothrank import losses
+torch.manual_seed(0)
+s, y = torch.randn(4, 30), torch.randint(0, 3, (4, 30)).float()
+x = s.clone().requires_grad_()
+value = torch.compile(losses.soft_ndcg, backend="aot_eager")(x, y)
+value.backward()
+x2 = s.clone().requires_grad_()
+eager = losses.soft_ndcg(x2, y)
+eager.backward()
+assert torch.equal(value, eager) and torch.equal(x.grad, x2.grad)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

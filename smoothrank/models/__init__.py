@@ -80,9 +80,10 @@ class _PerItemScorer(nn.Module):
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = _check_inputs(features, mask, self.n_features)
-        if torch.compiler.is_compiling() and not self._batch_statistics():
-            # torch.compile / torch.export: every slot through the net (padding zeroed first, masked
-            # after), so that no shape depends on the mask's values. Eager keeps the compaction below.
+        if torch.compiler.is_compiling() and not self.training:
+            # torch.export / a compiled eval(): every slot through the net (padding zeroed first,
+            # masked after), so that no shape depends on the mask's values. Training keeps the
+            # compaction below, compiled or not: dropout draws for the real items only, as in eager.
             n_rows, width = features.shape[:2]
             flat = features.masked_fill(~mask.unsqueeze(-1), 0.0).reshape(n_rows * width, self.n_features)
             return self.net(flat).reshape(n_rows, width).masked_fill(~mask, 0.0)
@@ -91,10 +92,6 @@ class _PerItemScorer(nn.Module):
         # dtype (bfloat16 under autocast). index_put keeps the graph; padded positions stay 0.
         real = self._net(features[mask]).squeeze(-1)
         return real.new_zeros(features.shape[:2]).index_put((mask,), real)
-
-    def _batch_statistics(self) -> bool:
-        """Whether a batch norm normalises with the batch's statistics (training mode)."""
-        return any(isinstance(m, nn.BatchNorm1d) and m.training for m in self.net.modules())
 
     def _net(self, real: Tensor) -> Tensor:
         """``self.net(real)``; a single item in training normalises with the running statistics of its

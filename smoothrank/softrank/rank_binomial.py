@@ -58,9 +58,8 @@ both.
 
 from __future__ import annotations
 
-import functools
 import math
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -74,16 +73,25 @@ BACKENDS = ("auto", "numba", "torch", "fft")
 
 
 
-@functools.cache
-def _kernels() -> ModuleType | None:
-    """The compiled kernel module :mod:`smoothrank.softrank._numba`, imported on first use (Numba
-    brings llvmlite and takes a second or two to import), or None where Numba cannot be imported:
-    it is a declared dependency, but the pure-PyTorch path stays usable without it."""
-    try:
-        from smoothrank.softrank import _numba
-    except ImportError:  # pragma: no cover - depends on the environment
-        return None
-    return _numba
+_KERNELS = ("forward", "backward", "fused_forward", "fused_backward", "blocked_forward", "blocked_backward")
+_loaded: list[SimpleNamespace | None] = []  # once loaded (a plain global: Dynamo warns of lru_cache)
+
+
+def _kernels() -> SimpleNamespace | None:
+    """The compiled kernels of :mod:`smoothrank.softrank._numba`, imported on first use (Numba brings
+    llvmlite and takes a second or two to import), or None where Numba cannot be imported: it is a
+    declared dependency, but the pure-PyTorch path stays usable without it. Each kernel is excluded
+    from ``torch.compile`` (a graph break): Dynamo cannot trace Numba's dispatcher, and a compiled
+    first call (before any eager one had compiled the kernels) failed inside it."""
+    if not _loaded:
+        try:
+            from smoothrank.softrank import _numba
+        except ImportError:  # pragma: no cover - depends on the environment
+            _loaded.append(None)
+        else:
+            _loaded.append(SimpleNamespace(**{name: torch.compiler.disable(getattr(_numba, name))
+                                              for name in _KERNELS}))
+    return _loaded[0]
 
 
 def __getattr__(name: str) -> Any:
