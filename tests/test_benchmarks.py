@@ -35,6 +35,8 @@ CASES = [
     ("bench_io.py", ["--rounds", "1", "--files", "rank.test"],
      ["| file | MB | sklearn ms |", "| LightGBM-lambdarank/rank.test.gz |"]),
     ("bench_neuralsort_precision.py", ["--rounds", "1", "--sizes", "4x8"], ["float64 logits"]),
+    ("sinkhorn_convergence.py", ["--sizes", "8", "--iterations", "1,30"],
+     ["| n | max_iter | marginal error | loss |", "| 8 | 30 |"]),
     ("thread_invariance.py", ["--threads", "2"],
      ["| operation | output | gradients |", "| MLP 128-64, dropout 0.1, 32 lists of 60 | 0 | 0 |"]),
     ("profile_loss.py", ["--loss", "neural_ndcg", "--options", "temperature=0.5,k=3", "--batch", "4",

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from smoothrank._checks import check_bool, check_nonnegative, check_positive_int, within_dtype
+from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.normal import (
     hybrid_rank_distributions,
@@ -85,6 +86,15 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
     inner_ranks = n if sinkhorn else n_ranks
     if n == 0:
         return scores.new_zeros(scores.shape[0], 0, 0)
+    wide = wide_dtype(scores.dtype, scores.device)
+    if sinkhorn and scores.dtype != wide:
+        # Sinkhorn scales the rank columns by up to the inverse of their mass, which on long lists
+        # is tiny at the extreme ranks: it magnified what float32 loses there (the eps^2 floor,
+        # underflowed tails) into a loss 0.011 and gradients 41% off float64's at n = 300. The whole
+        # computation runs in float64 and returns in the scores' dtype.
+        return soft_rank(scores.to(wide), sigma=sigma, mask=mask, max_rank=max_rank, method=method,
+                         n_exact=n_exact, sinkhorn=True, max_iter=max_iter, tol=tol,
+                         backend=backend).to(scores.dtype)
     safe = torch.where(mask, scores, torch.zeros_like(scores))
     p = None
     if method == "exact" and can_fuse(scores, backend):
