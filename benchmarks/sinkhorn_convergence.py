@@ -40,7 +40,7 @@ def main() -> None:
             _, error = sorting.neural_sort_bilinear(scores, discounts, 2.0 ** labels - 1.0,
                                                     temperature=args.temperature, max_iter=max_iter)
             loss = losses.neural_ndcg(scores, labels, temperature=args.temperature, max_iter=max_iter)
-            print(f"| {n} | {max_iter} | {error.item():.4f} | {loss.item():.6f} |")
+            print(f"| {n} | {max_iter} | {error.item():.2e} | {loss.item():.6f} |")
 
 
 if __name__ == "__main__":

@@ -824,7 +824,7 @@ def test_informative_queries_are_what_the_mean_divides_by() -> None:
             opts = {"generator": 0}
         total = losses.get(name, **opts)(scores, labels, mask=mask, reduction="sum")
         mean = losses.get(name, **opts)(scores, labels, mask=mask, reduction="mean")
-        count = losses.informative_queries(losses.get(name, **opts), labels, mask=mask)
+        count = losses.informative_queries(losses.get(name, **opts), labels, mask=mask, dtype=F64)
         assert count.shape == (b,) and count.dtype == torch.bool
         torch.testing.assert_close(total / count.sum(), mean, rtol=1e-12, atol=0), (name, opts)
         per_query = losses.get(name, **opts)(scores, labels, mask=mask, reduction="none")
@@ -833,5 +833,14 @@ def test_informative_queries_are_what_the_mean_divides_by() -> None:
     assert len(counts) == 3  # relevant; also two labels (pairwise); every real query (gain of label 0)
     assert torch.equal(losses.informative_queries("rank_net", labels.long(), mask=mask),
                        losses.informative_queries(losses.rank_net, labels, mask=mask))
+    # Labels are read in the scores' dtype, as the losses read them: 2^24 + 1 and 2^24 are one label
+    # in float32 (no pair), two in float64.
+    big = torch.tensor([[16777217.0, 16777216.0]], dtype=F64)
+    for dtype, counted in ((torch.float32, False), (F64, True)):
+        assert losses.informative_queries("rank_net", big, dtype=dtype).item() is counted
+        per_query = losses.rank_net(torch.tensor([[0.0, 1.0]], dtype=dtype), big, reduction="none")
+        assert (per_query.item() > 0) is counted
+    with pytest.raises(ConfigError, match=r"labels: expected a tensor of shape \(batch, list_size\)"):
+        losses.informative_queries("rank_net", torch.zeros(2, 3, 4))
     with pytest.raises(ConfigError, match="expected a loss name, a registered loss"):
         losses.informative_queries(lambda s, y, *, mask=None, reduction="mean": s.sum(), labels)

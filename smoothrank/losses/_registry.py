@@ -119,16 +119,22 @@ def _name_and_options(loss: str | LossFn) -> tuple[str, dict[str, Any]]:
     return named[0], {}
 
 
-def informative_queries(loss: str | LossFn, labels: Tensor, *, mask: Tensor | None = None) -> Tensor:
+def informative_queries(loss: str | LossFn, labels: Tensor, *, mask: Tensor | None = None,
+                        dtype: torch.dtype = torch.float32) -> Tensor:
     """(batch,) bool: the queries that ``reduction="mean"`` of ``loss`` divides by.
 
     A query counts when it has a real item of positive gain (a positive label for ``list_net``,
     ``list_mle``, ``rmse`` and ``rank_net``; a positive ideal DCG under the bound ``gain``,
     ``discount`` and ``k`` for the NDCG-based losses) and, for ``rank_net`` and ``lambda_rank``, two
-    real items of different labels. It depends on the labels only, so every process of a
-    distributed job can count its queries before the forward pass: the exact global mean is
-    ``loss(..., reduction="sum") * world_size / all_reduce(informative_queries(...).sum())``
-    (DistributedDataParallel averages the processes' gradients).
+    real items of different labels. ``dtype`` is the scores' dtype, in which the losses read the
+    labels (float32 for half-precision scores): two labels 1 apart beyond 2^24 are one label in
+    float32. It depends on the labels only, so every process of a distributed job can count its
+    queries before the forward pass. The exact global mean, under DistributedDataParallel (which
+    averages the processes' gradients)::
+
+        n = informative_queries(loss, labels, mask=mask, dtype=scores.dtype).sum()
+        torch.distributed.all_reduce(n)  # in place: the count over every process
+        value = loss(scores, labels, mask=mask, reduction="sum") * world_size / n.clamp_min(1)
 
     ``loss``: a built-in loss's name, its function, or the loss bound by :func:`get` (whose options
     are used).
@@ -139,11 +145,14 @@ def informative_queries(loss: str | LossFn, labels: Tensor, *, mask: Tensor | No
     if name not in _NDCG_BASED + _LABEL_BASED:
         raise ConfigError(f"loss: informative_queries knows the built-in losses, not {name!r}")
     opts = {**options(name), **bound}
-    if not isinstance(labels, Tensor):
-        raise ConfigError(f"labels: expected a torch.Tensor, got {type(labels).__name__}")
-    dtype = labels.dtype if labels.is_floating_point() else torch.float64
-    no_scores = torch.zeros(labels.shape, dtype=dtype, device=labels.device)  # the checks take scores
-    _, labels, mask = C.check_inputs(no_scores, labels, mask)
+    if not isinstance(labels, Tensor) or labels.dim() not in (1, 2):
+        shape = tuple(labels.shape) if isinstance(labels, Tensor) else type(labels).__name__
+        raise ConfigError(f"labels: expected a tensor of shape (batch, list_size), got {shape}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ConfigError(f"dtype: expected a floating torch.dtype (the scores'), got {dtype!r}")
+    # The losses' own input checks, on stand-in scores of the scores' dtype.
+    stand_in = torch.zeros(labels.shape, dtype=dtype, device=labels.device)
+    _, labels, mask = C.check_inputs(stand_in, labels, mask)
     if name in _NDCG_BASED:
         gains = C.real_gains(labels, mask, opts["gain"])
         discounts = C.rank_discounts(mask, opts["discount"], opts.get("k"), gains.dtype)

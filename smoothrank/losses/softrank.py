@@ -50,7 +50,8 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
         rest.
     sinkhorn : bool
         Scale the document-by-rank matrix to doubly stochastic (section 3.2; all ranks are then
-        computed). ``max_iter`` and ``tol`` are passed to :func:`smoothrank.sorting.sinkhorn`.
+        computed, in float64 where the device has it). ``max_iter`` and ``tol`` are passed to
+        :func:`smoothrank.sorting.sinkhorn`.
     gain, discount
         The :mod:`smoothrank.gains` vocabulary; for the paper's shallower training discounts pass
         ``discount=smoothrank.softrank.shallow_discount(alpha, n)``.
