@@ -17,9 +17,11 @@ from smoothrank.errors import SmoothrankError
 
 
 def check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
+    """``value`` as a plain bool (a NumPy bool from a comparison too); anything else, 0/1 or a truthy
+    ``"no"`` included, is refused by name."""
+    if not isinstance(value, bool | np.bool_):
         raise SmoothrankError(f"{name}: expected True or False, got {value!r}")
-    return value
+    return bool(value)
 
 
 def _as_float(value: Any, name: str, expected: str) -> float:

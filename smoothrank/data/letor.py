@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from smoothrank._checks import check_bool
 from smoothrank.data import cache as _cache
 from smoothrank.data._io import BOM, HEAD_BYTES, check_readable, gzip_errors, open_binary, without_bom
 from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset
@@ -59,19 +60,16 @@ MAX_INFERRED_FEATURES = 1 << 16
 _CHUNK_BYTES = 1 << 24
 
 
-def check_bool(value: object, name: str, *, auto: bool = False) -> bool | str:
-    """``value`` if it is a bool (or ``"auto"`` where ``auto``), else a SmoothrankError naming option
-    ``name``: ``zero_based=0`` (an index base) would mean False and shift every column, and a truthy
-    ``"no"`` would mean True."""
+def _check_zero_based(value: object) -> bool | str:
+    """True, False or ``"auto"``; ``zero_based=0`` (a dataset's index base) would mean False and shift
+    every column, so an integer is refused with the expression to pass instead."""
+    if isinstance(value, str) and value == "auto":
+        return value
     if isinstance(value, bool | np.bool_):
         return bool(value)
-    if auto and isinstance(value, str) and value == "auto":
-        return value
-    expected = "True, False or 'auto'" if auto else "True or False"
-    hint = ""
-    if name == "zero_based" and isinstance(value, int | np.integer):
-        hint = "; for a dataset's index base (0 or 1) pass zero_based=(index_base == 0)"
-    raise SmoothrankError(f"{name}: expected {expected}, got {value!r}{hint}")
+    hint = "; for a dataset's index base (0 or 1) pass zero_based=(index_base == 0)" \
+        if isinstance(value, int | np.integer) else ""
+    raise SmoothrankError(f"zero_based: expected True, False or 'auto', got {value!r}{hint}")
 
 
 @dataclass(frozen=True)
@@ -89,9 +87,10 @@ class ReaderOptions:
         if self.n_features is not None and (not isinstance(self.n_features, int | np.integer)
                                             or isinstance(self.n_features, bool) or self.n_features < 1):
             raise SmoothrankError(f"n_features: expected a positive integer or None, got {self.n_features!r}")
-        for name in ("zero_based", "allow_real_labels", "allow_negative_labels", "regroup"):
-            # np.bool_ (from a comparison) is kept as a plain bool: the options are also a cache key
-            object.__setattr__(self, name, check_bool(getattr(self, name), name, auto=name == "zero_based"))
+        # np.bool_ (from a comparison) is kept as a plain bool: the options are also a cache key
+        object.__setattr__(self, "zero_based", _check_zero_based(self.zero_based))
+        for name in ("allow_real_labels", "allow_negative_labels", "regroup"):
+            object.__setattr__(self, name, check_bool(getattr(self, name), name))
         if self.null_value is not None and not np.isfinite(float(self.null_value)):
             raise SmoothrankError(f"null_value: expected a finite number or None, got {self.null_value!r}")
 

@@ -16,9 +16,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from smoothrank._checks import check_bool
 from smoothrank.data import cache as _cache
 from smoothrank.data.dataset import Dataset
-from smoothrank.data.letor import ReaderOptions, check_bool, load_letor, parse_letor
+from smoothrank.data.letor import ReaderOptions, load_letor, parse_letor
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 __all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
