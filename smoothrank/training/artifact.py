@@ -59,11 +59,15 @@ class RankingModel:
                 f"{source} has {dataset.n_features} features but the model was trained on "
                 f"{self.n_features}")
 
+    def prepared(self, dataset: Any, *, source: str = "data") -> Any:
+        """``dataset`` as the network takes it: its feature count checked, the fitted transforms applied."""
+        self.check_features(dataset, source=source)
+        return self.transform(dataset)
+
     def score(self, dataset: Any, *, batch_size: int = 256, source: str = "data") -> np.ndarray:
         from smoothrank.training.trainer import predict_scores
 
-        self.check_features(dataset, source=source)
-        return predict_scores(self.model, self.transform(dataset), batch_size=batch_size)
+        return predict_scores(self.model, self.prepared(dataset, source=source), batch_size=batch_size)
 
 
 def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: int,

@@ -175,8 +175,7 @@ def _scored_batches(model: nn.Module | RankingModel, dataset: Any, *, batch_size
     from smoothrank.data import evaluation_batches
 
     if isinstance(model, RankingModel):  # a loaded artifact: checked, and its transforms applied first
-        model.check_features(dataset)
-        dataset, model = model.transform(dataset), model.model
+        dataset, model = model.prepared(dataset), model.model
     was_training = model.training
     device, dtype = _placement(model)
     model.eval()  # dropout off, batch norm running statistics (PITFALLS 16)
