@@ -290,6 +290,70 @@ def test_pairwise_losses_rank_tied_scores_in_input_order(k: int | None) -> None:
             assert fn(st, yt, k=k).item() == pytest.approx(want, abs=1e-12), (fn.__name__, scores, labels)
 
 
+@pytest.mark.parametrize(("chunk", "keep"),
+                         [(1 << 20, 1 << 23), (1 << 20, 0), (600, 1 << 23), (50, 0), (1, 0)])
+def test_pair_matrix_losses_do_not_depend_on_their_blocks(monkeypatch, chunk: int, keep: int) -> None:
+    """RankNet, LambdaRank and ApproxNDCG form their pair matrices a block of queries (or of one
+    query's rows) at a time and keep the forward pass's matrix only for small batches: every
+    blocking gives the docstrings' values (brute force over the real items) and gradients
+    (autograd through the dense formula, finite differences)."""
+    from smoothrank.losses import _blocks
+
+    monkeypatch.setattr(_blocks, "CHUNK_ELEMENTS", chunk)  # 600: a query a block; 50, 1: rows
+    monkeypatch.setattr(_blocks, "KEEP_ELEMENTS", keep)
+    b, n = 3, 23
+    s, y = tie_free_scores(b, n, seed=5) / 4, random_labels(b, n, seed=6, levels=3)
+    mask = torch.ones(b, n, dtype=torch.bool)
+    mask[1, 15:] = False
+    mask[2, ::3] = False
+    y[2, 1] = 2.0  # a relevant real item in the third query
+    for k in (None, 4):
+        for fn, lambdas in ((losses.rank_net, False), (losses.lambda_rank, True)):
+            got = fn(s, y, mask=mask, k=k, reduction="none")
+            want = [_pairwise_reference(s[q][mask[q]].tolist(), y[q][mask[q]].tolist(), k, lambdas)
+                    for q in range(b)]
+            torch.testing.assert_close(got, torch.tensor(want, dtype=F64), rtol=1e-12, atol=1e-12)
+            x = s.clone().requires_grad_()
+            assert torch.autograd.gradcheck(lambda x, fn=fn, k=k: fn(x, y, mask=mask, k=k, reduction="none"),
+                                            (x,))
+    # ApproxNDCG's approximate ranks, against autograd through the dense formula of its docstring.
+    x, ref = s.clone().requires_grad_(), s.clone().requires_grad_()
+    got = losses.approx_ndcg(x, y, mask=mask, alpha=2.0, reduction="none")
+    want = []
+    for q in range(b):
+        sq, yq = ref[q][mask[q]], y[q][mask[q]]
+        pi = 0.5 + torch.sigmoid(2.0 * (sq.unsqueeze(0) - sq.unsqueeze(1))).sum(1)
+        ranks = torch.arange(2.0, len(yq) + 2, dtype=F64)
+        ideal = ((2 ** yq.sort(descending=True).values - 1) / torch.log2(ranks)).sum()
+        want.append(-((2 ** yq - 1) / torch.log2(1 + pi)).sum() / ideal)
+    torch.testing.assert_close(got, torch.stack(want), rtol=1e-12, atol=1e-12)
+    (got * torch.arange(1.0, b + 1)).sum().backward()
+    (torch.stack(want) * torch.arange(1.0, b + 1)).sum().backward()
+    torch.testing.assert_close(x.grad, ref.grad, rtol=1e-10, atol=1e-12)
+    x = x.detach().requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: losses.approx_ndcg(x, y, mask=mask, reduction="none"), (x,))
+
+
+@pytest.mark.parametrize("name", ["rank_net", "lambda_rank", "approx_ndcg"])
+def test_pair_matrix_losses_keep_memory_linear_in_the_list_for_backward(name: str) -> None:
+    """Only O(batch n) tensors are saved for the backward pass of a long list (dense (batch, n, n)
+    weights took 3.3 GiB at 2 x 10000); short lists may keep their weights, at most KEEP_ELEMENTS."""
+    from smoothrank.losses import _blocks
+
+    def saved_entries(b: int, n: int) -> int:
+        sizes: list[int] = []
+        s = torch.randn(b, n, requires_grad=True)
+        y = torch.randint(0, 3, (b, n)).float()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            loss = getattr(losses, name)(s, y, **({} if name == "approx_ndcg" else {"k": 10}))
+        loss.backward()
+        assert torch.isfinite(s.grad).all()
+        return sum(sizes)
+
+    assert saved_entries(2, 1500) <= 10 * 2 * 1500
+    assert saved_entries(64, 30) <= _blocks.KEEP_ELEMENTS + 10 * 64 * 30
+
+
 # ----------------------------------------------------------------------------- padding, gradients
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("where", ["front", "middle", "end"])

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from smoothrank._checks import check_generator, within_dtype
 from smoothrank._devices import wide_dtype
+from smoothrank.losses import _blocks
 from smoothrank.losses import _common as C
 from smoothrank.sorting import real_first_slots
 
@@ -84,6 +85,57 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     return C.reduce(per_item.sum(-1).to(scores.dtype), valid, reduction)
 
 
+def _above(scores: Tensor, mask: Tensor, alpha: float, q: slice, r: slice) -> Tensor:
+    """``[i, j] = sigmoid(alpha (s_j - s_i))`` for queries q, rows i in r, real j (0 for padding)."""
+    s = scores[q]
+    above = torch.sigmoid((s.unsqueeze(-2) - s[:, r].unsqueeze(-1)).mul_(alpha))
+    return above.masked_fill_(~mask[q].unsqueeze(-2), 0.0)
+
+
+def _approx_rank_gradient(above: Tensor, grad: Tensor, alpha: float) -> tuple[Tensor, Tensor]:
+    """From ``d pi_i / d s_j = alpha a_ij (1 - a_ij) = -d pi_i / d s_i`` (j != i; the j = i terms
+    cancel): the column sums (to s_j) and row sums (to s_i) of ``grad_i d pi_i / d s_j``."""
+    pulls = above * (1 - above) * (alpha * grad.unsqueeze(-1))
+    return pulls.sum(-2), pulls.sum(-1)
+
+
+class _ApproxRanks(torch.autograd.Function):
+    """``pi_i = 0.5 + sum_j sigmoid(alpha (s_j - s_i))`` over the real j (the j = i term is 0.5),
+    with the (batch, n, n) sigmoids formed a block at a time (``smoothrank.losses._blocks``)."""
+
+    @staticmethod
+    def forward(ctx, scores, mask, alpha):  # type: ignore[override]
+        b, n = scores.shape
+        keep = _blocks.keeps(b, n)
+        ranks, kept = torch.full_like(scores, 0.5), []
+        for q, r in _blocks.blocks(b, n):
+            above = _above(scores, mask, alpha, q, r)
+            ranks[q, r] += above.sum(-1)
+            if keep:
+                kept.append(above)
+        ctx.save_for_backward(scores, mask, torch.cat(kept) if keep else None)
+        ctx.alpha = alpha
+        return ranks
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        scores, mask, kept = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph=True (a booster's Hessian): out-of-place operations on the whole
+            # matrices, which autograd differentiates once more.
+            s = scores.unsqueeze(-2) - scores.unsqueeze(-1)
+            above = torch.where(mask.unsqueeze(-2), torch.sigmoid(ctx.alpha * s), 0.0)
+            to_j, to_i = _approx_rank_gradient(above, grad, ctx.alpha)
+            return to_j - to_i, None, None
+        out = torch.zeros_like(scores)
+        for q, r in _blocks.blocks(*scores.shape):
+            above = _above(scores, mask, ctx.alpha, q, r) if kept is None else kept[q]
+            to_j, to_i = _approx_rank_gradient(above, grad[q, r], ctx.alpha)
+            out[q] += to_j
+            out[q, r] -= to_i
+        return out, None, None
+
+
 def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
                 alpha: float = 1.0, gain: Any = "exp2", discount: Any = "log2") -> Tensor:
     r"""Minus ApproxNDCG (Qin, Liu & Li, "A general approximation framework for direct optimization
@@ -105,9 +157,7 @@ def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     disc = C.rank_discounts(mask, discount, None, scores.dtype)
     ideal = C.ideal_dcg(g, mask, disc)
     valid = C.has_relevant(g, mask) & (ideal > 0)
-    above = torch.sigmoid(alpha * (scores.unsqueeze(-2) - scores.unsqueeze(-1)))  # [i, j]: j above i
-    above = torch.where(mask.unsqueeze(-2), above, torch.zeros_like(above))
-    approx_rank = 0.5 + above.sum(-1)  # the j = i term is sigmoid(0) = 0.5
+    approx_rank = _ApproxRanks.apply(scores, mask, alpha)
     m = mask.sum(-1, keepdim=True).to(scores.dtype)
     from smoothrank import gains as _gains
 

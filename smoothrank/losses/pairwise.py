@@ -9,81 +9,138 @@ of 100 (or 1e4) neither overflows nor loses its gradient. Its derivative is the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from smoothrank._checks import within_dtype
+from smoothrank.losses import _blocks
 from smoothrank.losses import _common as C
 
 
-def _pairs(labels: Tensor, mask: Tensor) -> Tensor:
-    """(batch, n, n) bool: real i, real j with y_i > y_j."""
-    real = mask.unsqueeze(-1) & mask.unsqueeze(-2)
-    return real & (labels.unsqueeze(-1) > labels.unsqueeze(-2))
+class _PairFactors(NamedTuple):
+    """What the pair weights of a loss are built from, each of shape (batch, n) or (batch,):
+
+    ``w_ij = [y_i > y_j, both real, top_i or top_j] |g_i - g_j| |d_i - d_j| / den``, with the top-k
+    condition dropped when ``top`` is None and the gain/discount factor when ``gains`` is None.
+    ``winners`` and ``losers`` are the labels with padding at -inf and +inf, so one comparison
+    ``winners_i > losers_j`` finds the pairs of real items. Kept instead of the (batch, n, n)
+    weights so that memory stays O(batch n).
+    """
+
+    winners: Tensor
+    losers: Tensor
+    top: Tensor | None
+    gains: Tensor | None
+    discounts: Tensor | None
+    den: Tensor
 
 
-_CHUNK_ELEMENTS = 1 << 20  # pair entries per chunk: a few MiB of temporaries at a time
+def _pair_factors(labels: Tensor, mask: Tensor, den: Tensor, *, top: Tensor | None = None,
+                  gains: Tensor | None = None, discounts: Tensor | None = None) -> _PairFactors:
+    return _PairFactors(labels.masked_fill(~mask, float("-inf")), labels.masked_fill(~mask, float("inf")),
+                        top, gains, discounts, den)
+
+
+def _block_weights(f: _PairFactors, q: slice, r: slice) -> Tensor:
+    """``den * w_ij`` for queries q, rows i in r, all columns j, shape (queries, rows, n): a bool
+    tensor without gains, floating with them."""
+    pairs = f.winners[q, r].unsqueeze(-1) > f.losers[q].unsqueeze(-2)
+    if f.top is not None:
+        pairs &= f.top[q, r].unsqueeze(-1) | f.top[q].unsqueeze(-2)
+    if f.gains is None or f.discounts is None:
+        return pairs
+    g, d = f.gains[q], f.discounts[q]
+    gaps = (g[:, r].unsqueeze(-1) - g.unsqueeze(-2)).abs_()
+    return gaps.mul_((d[:, r].unsqueeze(-1) - d.unsqueeze(-2)).abs_()).masked_fill_(~pairs, 0.0)
+
+
+def _weigh(w: Tensor, x: Tensor) -> Tensor:
+    """``w * x`` where ``w > 0``, else 0 (never 0 * inf = NaN); in place on x."""
+    if w.dtype == torch.bool:
+        return x.masked_fill_(~w, 0.0)
+    return x.mul_(w).masked_fill_(w <= 0, 0.0)
+
+
+def _pair_differences(scores: Tensor, q: slice, r: slice) -> Tensor:
+    s = scores[q]
+    return s[:, r].unsqueeze(-1) - s.unsqueeze(-2)
 
 
 class _WeightedPairCost(torch.autograd.Function):
     """Per-query ``sum_ij w_ij softplus(-sigma (s_i - s_j))`` with constant weights w.
 
-    Written as a custom function so that only the scores and the weights are kept for the
-    backward pass (autograd would also keep the (batch, n, n) differences and costs), and the
-    pair matrices are formed a chunk of queries at a time. The gradient is
+    A custom function so that the pair matrices are formed a block at a time and only O(batch n)
+    tensors (the scores and the factors of the weights) are kept for the backward pass, plus the
+    weights of a small batch (see ``smoothrank.losses._blocks``). The gradient is
     ``d/ds_i = -sigma (sum_j c_ij - sum_j c_ji)`` with ``c_ij = w_ij sigmoid(-sigma (s_i - s_j))``.
     """
 
     @staticmethod
-    def forward(ctx, scores, weights, sigma):  # type: ignore[override]
+    def forward(ctx, scores, sigma, *factors):  # type: ignore[override]
+        f = _PairFactors(*factors)
         b, n = scores.shape
-        chunk = max(1, _CHUNK_ELEMENTS // max(1, n * n))
-        out = scores.new_zeros(b)
-        for lo in range(0, b, chunk):
-            s = scores[lo:lo + chunk]
-            diff = s.unsqueeze(-1) - s.unsqueeze(-2)
-            w = weights[lo:lo + chunk]
+        keep = _blocks.keeps(b, n)
+        out, kept = scores.new_zeros(b), []
+        for q, r in _blocks.blocks(b, n):
+            w = _block_weights(f, q, r)
             # A gap times sigma beyond the dtype's range is an inf cost; where no pair is weighed
-            # (w = 0) it must count 0, not 0 * inf = NaN.
-            cost = torch.where(w > 0, w * F.softplus(diff.mul_(-sigma)), 0.0)
-            out[lo:lo + chunk] = cost.sum((-1, -2))
-        ctx.save_for_backward(scores, weights)
-        ctx.sigma, ctx.chunk = sigma, chunk
-        return out
+            # it must count 0, not 0 * inf = NaN.
+            out[q] += _weigh(w, F.softplus(_pair_differences(scores, q, r).mul_(-sigma))).sum((-1, -2))
+            if keep:
+                kept.append(w)
+        ctx.save_for_backward(scores, torch.cat(kept) if keep else None, *factors)
+        ctx.sigma = sigma
+        return out / f.den
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        scores, weights = ctx.saved_tensors
+        scores, kept, *factors = ctx.saved_tensors
+        f = _PairFactors(*factors)
+        none = (None,) * (1 + len(factors))
+        scale = grad_out / f.den
         if torch.is_grad_enabled():
             # create_graph=True (a booster's Hessian, smoothrank.boosting): the same gradient from
-            # out-of-place operations that autograd differentiates once more.
-            c = torch.sigmoid(-ctx.sigma * (scores.unsqueeze(-1) - scores.unsqueeze(-2))) * weights
-            return -ctx.sigma * (c.sum(-1) - c.sum(-2)) * grad_out.unsqueeze(-1), None, None
-        grad = torch.zeros_like(scores)
-        for lo in range(0, scores.shape[0], ctx.chunk):
-            s = scores[lo:lo + ctx.chunk]
-            diff = s.unsqueeze(-1) - s.unsqueeze(-2)
-            c = torch.sigmoid(diff.mul_(-ctx.sigma)).mul_(weights[lo:lo + ctx.chunk])
-            # sigma applied after the sums: at a huge sigma a sum may overflow to inf, never to
-            # inf - inf = NaN.
-            net = (c.sum(-1) - c.sum(-2)).mul_(-ctx.sigma)
-            grad[lo:lo + ctx.chunk] = net * grad_out[lo:lo + ctx.chunk].unsqueeze(-1)
-        return grad, None, None
+            # out-of-place operations on the whole (batch, n, n) matrices, which autograd
+            # differentiates once more.
+            whole = (slice(None), slice(None))
+            c = torch.sigmoid(-ctx.sigma * _pair_differences(scores, *whole)) * _block_weights(f, *whole)
+            return -ctx.sigma * (c.sum(-1) - c.sum(-2)) * scale.unsqueeze(-1), *none
+        net = torch.zeros_like(scores)
+        for q, r in _blocks.blocks(*scores.shape):
+            w = _block_weights(f, q, r) if kept is None else kept[q]
+            c = _weigh(w, torch.sigmoid(_pair_differences(scores, q, r).mul_(-ctx.sigma)))
+            net[q, r] += c.sum(-1)
+            net[q] -= c.sum(-2)
+        # sigma applied after the sums: at a huge sigma a sum may overflow to inf, never to
+        # inf - inf = NaN.
+        return net.mul_(-ctx.sigma).mul_(scale.unsqueeze(-1)), *none
 
 
-def _weighted_pair_cost(scores: Tensor, weights: Tensor, sigma: float) -> Tensor:
-    return _WeightedPairCost.apply(scores, weights.detach(), sigma)
+def _weighted_pair_cost(scores: Tensor, sigma: float, f: _PairFactors) -> Tensor:
+    return _WeightedPairCost.apply(scores, sigma, *(None if t is None else t.detach() for t in f))
 
 
-def _in_top_k(scores: Tensor, mask: Tensor, k: int | None) -> Tensor:
-    """(batch, n, n) bool: pairs with at least one item in the predicted top k (all if k is None)."""
-    if k is None:
-        return torch.ones(*mask.shape, mask.shape[-1], dtype=torch.bool, device=mask.device)
-    top = C.predicted_ranks(scores, mask) <= k
-    return top.unsqueeze(-1) | top.unsqueeze(-2)
+def _count_lower(labels: Tensor, among: Tensor) -> Tensor:
+    """(batch, n): for each item i, the number of items j with ``among[j]`` and y_j < y_i."""
+    ranked = torch.sort(labels.masked_fill(~among, float("inf")), dim=-1).values
+    return torch.searchsorted(ranked, labels.contiguous(), side="left")
+
+
+def _count_pairs(labels: Tensor, mask: Tensor, top: Tensor | None) -> Tensor:
+    """(batch,) the number of pairs of real items with y_i > y_j (and i or j in the top k)."""
+    pairs = torch.where(mask, _count_lower(labels, mask), 0).sum(-1)
+    if top is None:
+        return pairs
+    below = mask & ~top
+    return pairs - torch.where(below, _count_lower(labels, below), 0).sum(-1)
+
+
+def _top_k(scores: Tensor, mask: Tensor, k: int | None) -> Tensor | None:
+    """(batch, n) bool: items in the predicted top k (None without a cutoff)."""
+    return None if k is None else C.predicted_ranks(scores, mask) <= k
 
 
 def rank_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
@@ -104,12 +161,12 @@ def rank_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     C.check_reduction(reduction)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
     sigma = within_dtype(sigma, scores.dtype, divides=False)
-    pairs = _pairs(labels, mask) & _in_top_k(scores, mask, k)
-    n_pairs = pairs.sum((-1, -2)).to(scores.dtype)
+    top = _top_k(scores, mask, k)
+    n_pairs = _count_pairs(labels, mask, top).to(scores.dtype)
     # No relevant document (every label <= 0, e.g. negative labels): 0, as for every other loss.
     valid = (n_pairs > 0) & C.has_relevant(labels, mask)
-    weights = pairs.to(scores.dtype) / n_pairs.clamp_min(1.0).view(-1, 1, 1)
-    per_query = _weighted_pair_cost(scores, weights, sigma)
+    factors = _pair_factors(labels, mask, n_pairs.clamp_min(1.0), top=top)
+    per_query = _weighted_pair_cost(scores, sigma, factors)
     return C.reduce(per_query, valid, reduction)
 
 
@@ -145,11 +202,11 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     ranks = C.predicted_ranks(scores, mask)
     d_item = torch.gather(disc_by_rank, -1, (ranks - 1).clamp(max=mask.shape[-1] - 1))
     d_item = torch.where(mask, d_item, torch.zeros_like(d_item))
-    ideal_safe = torch.where(valid, ideal, torch.ones_like(ideal)).unsqueeze(-1).unsqueeze(-1)
-    delta = ((g.unsqueeze(-1) - g.unsqueeze(-2)).abs() * (d_item.unsqueeze(-1) - d_item.unsqueeze(-2)).abs()
-             / ideal_safe)
-    pairs = _pairs(labels, mask)
-    valid = valid & pairs.any(-1).any(-1)  # all labels equal: no pair, not counted by "mean"
-    weights = torch.where(pairs, delta, torch.zeros_like(delta))
-    per_query = _weighted_pair_cost(scores, weights, sigma)
+    ideal_safe = torch.where(valid, ideal, torch.ones_like(ideal))
+    # All labels equal: no pair, not counted by "mean".
+    highest = labels.masked_fill(~mask, float("-inf")).amax(-1)
+    lowest = labels.masked_fill(~mask, float("inf")).amin(-1)
+    valid = valid & (highest > lowest)
+    factors = _pair_factors(labels, mask, ideal_safe, gains=g, discounts=d_item)
+    per_query = _weighted_pair_cost(scores, sigma, factors)
     return C.reduce(per_query, valid, reduction)
