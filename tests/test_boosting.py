@@ -113,6 +113,18 @@ def test_the_diagonal_falls_back_to_one_position_a_pass_when_vmap_cannot_batch(p
     np.testing.assert_array_equal(got, expected)
 
 
+def test_approx_ndcgs_diagonal_is_vectorised() -> None:
+    """ApproxNDCG's ranks are a custom autograd Function: its first-order backward, differentiated
+    again by the diagonal's batched pass, must be vmappable (a view of the whole incoming gradient
+    is an alias, which vmap cannot batch: every batch fell back to one position a pass)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 12, dtype=torch.float64, requires_grad=True)
+    value = losses.approx_ndcg(x, torch.randint(0, 3, (4, 12)).double(), reduction="sum")
+    (grad,) = torch.autograd.grad(value, x, create_graph=True)
+    batched = boosting._diagonal_in_blocks(grad, x, 4)  # raised RuntimeError (aten::alias)
+    torch.testing.assert_close(batched, boosting._diagonal_in_blocks(grad, x, 1), rtol=1e-12, atol=1e-15)
+
+
 def _queries() -> list[slice]:
     ends = SIZES.cumsum()
     return [slice(int(e - n), int(e)) for n, e in zip(SIZES, ends, strict=True)]

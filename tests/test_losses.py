@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 from reference_neuralndcg import naive_neural_ndcg, naive_sinkhorn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from smoothrank import losses, sorting
 from smoothrank.errors import ConfigError, SmoothrankError
@@ -297,7 +298,7 @@ def test_pair_matrix_losses_do_not_depend_on_their_blocks(monkeypatch, chunk: in
     query's rows) at a time and keep the forward pass's matrix only for small batches: every
     blocking gives the docstrings' values (brute force over the real items) and gradients
     (autograd through the dense formula, finite differences)."""
-    from smoothrank.losses import _blocks
+    from smoothrank import _blocks
 
     monkeypatch.setattr(_blocks, "CHUNK_ELEMENTS", chunk)  # 600: a query a block; 50, 1: rows
     monkeypatch.setattr(_blocks, "KEEP_ELEMENTS", keep)
@@ -338,7 +339,7 @@ def test_pair_matrix_losses_do_not_depend_on_their_blocks(monkeypatch, chunk: in
 def test_pair_matrix_losses_keep_memory_linear_in_the_list_for_backward(name: str) -> None:
     """Only O(batch n) tensors are saved for the backward pass of a long list (dense (batch, n, n)
     weights took 3.3 GiB at 2 x 10000); short lists may keep their weights, at most KEEP_ELEMENTS."""
-    from smoothrank.losses import _blocks
+    from smoothrank import _blocks
 
     def saved_entries(b: int, n: int) -> int:
         sizes: list[int] = []
@@ -352,6 +353,51 @@ def test_pair_matrix_losses_keep_memory_linear_in_the_list_for_backward(name: st
 
     assert saved_entries(2, 1500) <= 10 * 2 * 1500
     assert saved_entries(64, 30) <= _blocks.KEEP_ELEMENTS + 10 * 64 * 30
+
+
+class _LargestAllocation(TorchDispatchMode):
+    """Records the largest storage (bytes) that any operation returns, views counted at their base."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.untyped_storage().nbytes())
+        return out
+
+
+@pytest.mark.parametrize(("name", "options"), [("rank_net", {"k": 10}), ("lambda_rank", {}),
+                                               ("approx_ndcg", {}), ("soft_ndcg", {"method": "normal"})])
+def test_long_lists_never_allocate_a_list_by_list_matrix(name: str, options: dict) -> None:
+    """At 1 x 3000 a (n, n) float32 matrix is 36 MB; the pair-matrix losses and SoftNDCG's normal
+    approximation over all ranks work in blocks of about CHUNK_ELEMENTS entries, forward and
+    backward, so nothing they allocate is more than a block (peak memory without a timing test)."""
+    from smoothrank import _blocks
+
+    n = 3000
+    g = torch.Generator().manual_seed(3)
+    s = torch.randn(1, n, generator=g).requires_grad_()
+    y = torch.randint(0, 5, (1, n), generator=g).float()
+    with _LargestAllocation() as watch:
+        getattr(losses, name)(s, y, **options).backward()
+    assert torch.isfinite(s.grad).all() and s.grad.abs().sum() > 0
+    assert watch.largest <= 2 * 4 * _blocks.CHUNK_ELEMENTS < 4 * n * n
+
+
+@pytest.mark.parametrize("name", ["rank_net", "lambda_rank", "approx_ndcg"])
+def test_pair_matrix_losses_take_a_batch_of_no_query(name: str) -> None:
+    """A (0, n) batch has no block: 0 and an empty gradient, as before the blocks (the kept matrix
+    was torch.cat of no block, a ValueError)."""
+    x = torch.zeros(0, 4, dtype=F64, requires_grad=True)
+    for reduction in ("mean", "sum", "none"):
+        value = getattr(losses, name)(x, torch.zeros(0, 4), reduction=reduction)
+        assert value.shape == ((0,) if reduction == "none" else ())
+        (grad,) = torch.autograd.grad(value.sum(), x)
+        assert grad.shape == (0, 4)
 
 
 # ----------------------------------------------------------------------------- padding, gradients

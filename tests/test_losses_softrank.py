@@ -221,3 +221,42 @@ def test_sinkhorn_on_a_long_list_computes_float32_as_float64() -> None:
     (v32, g32), (v64, g64) = out[torch.float32], out[torch.float64]
     assert abs(v32 - v64).item() < 1e-6
     assert ((g32 - g64).abs().max() / g64.abs().max()).item() < 1e-5
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 300, 5])  # whole queries; row blocks of one query
+@pytest.mark.parametrize("k", [None, 3])
+def test_normal_soft_ndcg_is_the_expectation_of_the_normal_distributions(chunk: int, k: int | None,
+                                                                        monkeypatch: pytest.MonkeyPatch
+                                                                        ) -> None:
+    """method="normal" takes E[D(r_j)] straight from the moments (summation by parts over the
+    edges, never the (batch, n, R) distributions): it must equal sum_r D(r + 1) p_j(r) of
+    soft_rank's normal distributions, value and gradient, for any blocking."""
+    from smoothrank import _blocks
+
+    monkeypatch.setattr(_blocks, "CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(21)
+    scores = torch.randn(3, 30, generator=g, dtype=torch.float64) * 2
+    labels = torch.randint(0, 4, (3, 30), generator=g).double()
+    mask = torch.rand(3, 30, generator=g) > 0.3
+    mask[2, 20:] = False
+    for discount in ("log2", "linear"):
+        x, ref = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+        got = soft_ndcg(x, labels, mask=mask, k=k, method="normal", sigma=0.8, discount=discount,
+                        reduction="none")
+        n_ranks = 30 if k is None else k
+        p = soft_rank(ref, sigma=0.8, mask=mask, method="normal", max_rank=n_ranks)
+        ranks = torch.arange(1.0, n_ranks + 1, dtype=torch.float64).expand(3, n_ranks)
+        n_real = mask.sum(-1, keepdim=True).double()
+        d = discount_fn(ranks, discount, list_size=n_real)
+        d = torch.where(ranks <= (n_real if k is None else n_real.clamp(max=k)), d, torch.zeros_like(d))
+        gains = torch.where(mask, 2 ** labels - 1, torch.zeros_like(labels))
+        ideal = (gains.sort(-1, descending=True).values[:, :n_ranks] * d).sum(-1)
+        want = -(gains * (p * d[:, None, :]).sum(-1)).sum(-1) / ideal
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+        weights = torch.arange(1.0, 4.0, dtype=torch.float64)
+        (got * weights).sum().backward()
+        (want * weights).sum().backward()
+        torch.testing.assert_close(x.grad, ref.grad, rtol=1e-10, atol=1e-13)
+    x = scores[:2, :8].clone().requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda s: soft_ndcg(s, labels[:2, :8], k=k, method="normal", reduction="none"), (x,))

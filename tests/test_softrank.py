@@ -212,8 +212,14 @@ def test_blocked_chunked_kernel_matches_the_torch_path(dtype: torch.dtype, max_r
         torch.autograd.gradcheck(lambda s: soft_rank(s, sigma=0.7, mask=mask[:1], max_rank=3), (x,))
 
 
-def test_normal_and_hybrid_from_scores_match_the_autograd_formulas() -> None:
-    """The chunked moment Function (no (batch, n, n) tensor kept) against autograd through pi."""
+@pytest.mark.parametrize("chunk", [1 << 20, 500, 7])  # whole queries; row blocks of one query
+def test_normal_and_hybrid_from_scores_match_the_autograd_formulas(chunk: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocked moment and normal Functions (no (batch, n, n) tensor kept) against autograd
+    through pi, whole queries or a few rows of one query at a time."""
+    from smoothrank import _blocks
+
+    monkeypatch.setattr(_blocks, "CHUNK_ELEMENTS", chunk)
     g = torch.Generator().manual_seed(13)
     scores = torch.randn(3, 40, generator=g, dtype=F64).requires_grad_()
     mask = torch.rand(3, 40, generator=g) > 0.25

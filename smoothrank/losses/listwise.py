@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from smoothrank import _blocks
 from smoothrank._checks import check_generator, within_dtype
 from smoothrank._devices import wide_dtype
-from smoothrank.losses import _blocks
 from smoothrank.losses import _common as C
 from smoothrank.sorting import real_first_slots
 
@@ -101,7 +101,7 @@ def _approx_rank_gradient(above: Tensor, grad: Tensor, alpha: float) -> tuple[Te
 
 class _ApproxRanks(torch.autograd.Function):
     """``pi_i = 0.5 + sum_j sigmoid(alpha (s_j - s_i))`` over the real j (the j = i term is 0.5),
-    with the (batch, n, n) sigmoids formed a block at a time (``smoothrank.losses._blocks``)."""
+    with the (batch, n, n) sigmoids formed a block at a time (``smoothrank._blocks``)."""
 
     @staticmethod
     def forward(ctx, scores, mask, alpha):  # type: ignore[override]
@@ -127,8 +127,15 @@ class _ApproxRanks(torch.autograd.Function):
             above = torch.where(mask.unsqueeze(-2), torch.sigmoid(ctx.alpha * s), 0.0)
             to_j, to_i = _approx_rank_gradient(above, grad, ctx.alpha)
             return to_j - to_i, None, None
+        pieces = _blocks.blocks(*scores.shape)
+        if len(pieces) == 1:
+            # The whole matrix in one block: out of place, and no view of grad (grad[:, :] is an
+            # alias, which the vmap of a booster's diagonal Hessian, is_grads_batched, cannot batch).
+            above = _above(scores, mask, ctx.alpha, *pieces[0]) if kept is None else kept
+            to_j, to_i = _approx_rank_gradient(above, grad, ctx.alpha)
+            return to_j - to_i, None, None
         out = torch.zeros_like(scores)
-        for q, r in _blocks.blocks(*scores.shape):
+        for q, r in pieces:
             above = _above(scores, mask, ctx.alpha, q, r) if kept is None else kept[q]
             to_j, to_i = _approx_rank_gradient(above, grad[q, r], ctx.alpha)
             out[q] += to_j

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from smoothrank import _blocks
 from smoothrank._checks import within_dtype
-from smoothrank.losses import _blocks
 from smoothrank.losses import _common as C
 
 
@@ -74,7 +74,7 @@ class _WeightedPairCost(torch.autograd.Function):
 
     A custom function so that the pair matrices are formed a block at a time and only O(batch n)
     tensors (the scores and the factors of the weights) are kept for the backward pass, plus the
-    weights of a small batch (see ``smoothrank.losses._blocks``). The gradient is
+    weights of a small batch (see ``smoothrank._blocks``). The gradient is
     ``d/ds_i = -sigma (sum_j c_ij - sum_j c_ji)`` with ``c_ij = w_ij sigmoid(-sigma (s_i - s_j))``.
     """
 

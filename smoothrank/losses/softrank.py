@@ -6,10 +6,11 @@ from typing import Any
 
 from torch import Tensor
 
-from smoothrank._checks import check_bool, check_nonnegative, check_positive_int
+from smoothrank._checks import check_bool, check_nonnegative, check_positive_int, within_dtype
 from smoothrank.losses import _common as C
 from smoothrank.losses._registry import register
 from smoothrank.softrank.api import check_method, check_n_exact, soft_rank
+from smoothrank.softrank.normal import score_normal_expected_discounts
 from smoothrank.softrank.pairwise import check_sigma
 
 
@@ -80,9 +81,15 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
     ideal = C.ideal_dcg(g, mask, disc)
     valid = C.has_relevant(g, mask) & (ideal > 0)
     n_ranks = n if k is None else min(k, n)
-    p = soft_rank(scores, sigma=sigma, mask=mask, max_rank=n_ranks, method=method, n_exact=n_exact,
-                  sinkhorn=bool(sinkhorn), max_iter=max_iter, tol=tol, backend=backend)
-    expected_discount = (p * disc[:, None, :n_ranks]).sum(-1)  # E[D(r_j)], eq. 15
+    if method == "normal" and not sinkhorn:
+        # E[D(r_j)] straight from the normal moments: no (batch, n, R) distributions, O(batch n)
+        # memory however long the list (checked against the distributions' expectation).
+        expected_discount = score_normal_expected_discounts(
+            scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask)
+    else:
+        p = soft_rank(scores, sigma=sigma, mask=mask, max_rank=n_ranks, method=method, n_exact=n_exact,
+                      sinkhorn=bool(sinkhorn), max_iter=max_iter, tol=tol, backend=backend)
+        expected_discount = (p * disc[:, None, :n_ranks]).sum(-1)  # E[D(r_j)], eq. 15
     dcg = (g * expected_discount).sum(-1)
     return C.reduce(-C.safe_divide(dcg, ideal, valid), valid, reduction)
 

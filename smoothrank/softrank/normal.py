@@ -28,8 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from smoothrank.softrank.pairwise import default_mask, pair_mask
-from smoothrank.softrank.rank_binomial import _chunks, rank_distributions
+from smoothrank import _blocks
+from smoothrank.softrank.pairwise import default_mask
+from smoothrank.softrank.rank_binomial import rank_distributions
 
 VARIANCE_FLOOR = 1e-6
 
@@ -116,18 +117,25 @@ def hybrid_rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_ran
 
 
 # ----------------------------------------------------------------------------- from scores, chunked
-def _score_contests(scores: Tensor, mask: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
-    diff = scores[:, :, None] - scores[:, None, :]
+def _block_contests(scores: Tensor, mask: Tensor, sigma: float, q: slice, r: slice
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+    """Contests ``pi[i, j]`` of queries q, rows i in r, all j (zero off the real pairs, i != j),
+    the score differences and the real pairs."""
+    s, m = scores[q], mask[q]
+    diff = s[:, r, None] - s[:, None, :]
     pi = torch.special.ndtr(diff * (1.0 / (sigma * math.sqrt(2.0))))
-    return torch.where(pair_mask(mask), pi, torch.zeros_like(pi)), diff
+    index = torch.arange(s.shape[-1], device=s.device)
+    real = m[:, r, None] & m[:, None, :] & (index[r, None] != index[None, :])
+    return torch.where(real, pi, torch.zeros_like(pi)), diff, real
 
 
 class ContestMoments(torch.autograd.Function):
-    """``scores -> (mu, v)``: ``mu_j = sum_i pi_ij``, ``v_j = sum_i pi_ij (1 - pi_ij)``, query chunk by chunk.
+    """``scores -> (mu, v)``: ``mu_j = sum_i pi_ij``, ``v_j = sum_i pi_ij (1 - pi_ij)``, a block at a time.
 
     Autograd through ``pairwise_probabilities`` would keep several ``(batch, n, n)`` tensors until
-    the backward; here they live one chunk at a time and are recomputed in the backward, with the
-    exact gradient ``dL/dpi_ij = g_mu_j + g_v_j (1 - 2 pi_ij)`` turned into score gradients by eq. 20.
+    the backward; here they live one block of queries (or of one long query's competitors) at a
+    time (``smoothrank._blocks``) and are recomputed in the backward, with the exact gradient
+    ``dL/dpi_ij = g_mu_j + g_v_j (1 - 2 pi_ij)`` turned into score gradients by eq. 20.
     """
 
     @staticmethod
@@ -137,10 +145,10 @@ class ContestMoments(torch.autograd.Function):
         batch, n = scores.shape
         mean, var = scores.new_zeros(batch, n), scores.new_zeros(batch, n)
         s = scores.detach()
-        for part in _chunks(batch, n):
-            pi, _ = _score_contests(s[part], mask[part], sigma)
-            mean[part] = pi.sum(dim=1)
-            var[part] = (pi * (1.0 - pi)).sum(dim=1)
+        for q, r in _blocks.blocks(batch, n):
+            pi, _, _ = _block_contests(s, mask, sigma, q, r)
+            mean[q] += pi.sum(dim=1)
+            var[q] += (pi * (1.0 - pi)).sum(dim=1)
         return mean, var
 
     @staticmethod
@@ -151,36 +159,51 @@ class ContestMoments(torch.autograd.Function):
         grad = torch.zeros_like(scores)
         s = scores.detach()
         dens_scale = 1.0 / (2.0 * sigma * math.sqrt(math.pi))
-        for part in _chunks(batch, n):
-            m = mask[part]
-            pi, diff = _score_contests(s[part], m, sigma)
-            g = grad_mean[part][:, None, :] + grad_var[part][:, None, :] * (1.0 - 2.0 * pi)
+        for q, r in _blocks.blocks(batch, n):
+            pi, diff, real = _block_contests(s, mask, sigma, q, r)
+            g = grad_mean[q][:, None, :] + grad_var[q][:, None, :] * (1.0 - 2.0 * pi)
             x = diff * (0.5 / sigma)
-            w = torch.where(pair_mask(m), g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
-            grad[part] = w.sum(2) - w.sum(1)
+            w = torch.where(real, g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
+            grad[q, r] += w.sum(2)
+            grad[q] -= w.sum(1)
         return grad, None, None
 
 
-def _edge_cdf(mean: Tensor, sd: Tensor, mask: Tensor, n_ranks: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Edge CDF values ``c_e`` (tails folded), standardised edges ``u_e`` and the unfolded-edge mask."""
+def _edge_cdf(mean: Tensor, sd: Tensor, n_real: Tensor, n_ranks: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Edge CDF values ``c_e`` (tails folded), standardised edges ``u_e`` and the unfolded-edge mask,
+    for documents ``mean, sd`` of shape (queries, docs) in queries of ``n_real`` (queries, 1) items."""
     edges = torch.arange(n_ranks + 1, device=mean.device, dtype=mean.dtype) - 0.5
     u = (edges[None, None, :] - mean[..., None]) / sd[..., None]
     index = torch.arange(n_ranks + 1, device=mean.device)
-    free = (index[None, :] > 0) & (index[None, :] < mask.sum(dim=1, keepdim=True))  # (batch, R + 1)
+    free = (index[None, :] > 0) & (index[None, :] < n_real)  # (queries, R + 1)
     free = free[:, None, :].expand_as(u)
-    lower_one = (index[None, :] >= mask.sum(dim=1, keepdim=True))[:, None, :].expand_as(u)
+    lower_one = (index[None, :] >= n_real)[:, None, :].expand_as(u)
     cdf = torch.where(free, torch.special.ndtr(u), lower_one.to(u.dtype))
     return cdf, u, free
 
 
+def _edge_gradient(mean: Tensor, sd: Tensor, n_real: Tensor, n_ranks: int, g_cdf: Tensor
+                   ) -> tuple[Tensor, Tensor]:
+    """``dL/dmu`` and ``dL/dsd`` from ``g_cdf = dL/dc_e``: ``dc_e/dmu = -phi(u_e) / sd`` and
+    ``dc_e/dsd = -phi(u_e) u_e / sd`` on the unfolded edges (the folded ones are constants)."""
+    _, u, free = _edge_cdf(mean, sd, n_real, n_ranks)
+    dens = torch.where(free, torch.exp(-0.5 * u * u) * (1.0 / math.sqrt(2.0 * math.pi)), torch.zeros_like(u))
+    w = g_cdf * dens / sd[..., None]
+    return -w.sum(-1), -(w * u).sum(-1)
+
+
+def _variance_gradient(grad_sd: Tensor, var: Tensor, sd: Tensor) -> Tensor:
+    """``dsd/dv = 1 / (2 sd)`` above the variance floor, 0 below it."""
+    return torch.where(var > VARIANCE_FLOOR, grad_sd / (2.0 * sd), torch.zeros_like(sd))
+
+
 class NormalFromMoments(torch.autograd.Function):
-    """``(mu, v) -> p`` of :func:`normal_from_moments` with a hand-written backward, chunk by chunk.
+    """``(mu, v) -> p`` of :func:`normal_from_moments` with a hand-written backward, a block at a time.
 
     Autograd would keep about six ``(batch, n, R + 1)`` tensors; here only ``mu, sd`` are kept and
-    the backward recomputes the edges a chunk at a time. With ``c_e = Phi(u_e)``,
-    ``u_e = (e - 1/2 - mu) / sd`` on the unfolded edges and ``p_r = c_{r+1} - c_r``:
-    ``dL/dc_e = G_{e-1} - G_e``, ``dc_e/dmu = -phi(u_e) / sd``, ``dc_e/dsd = -phi(u_e) u_e / sd`` and
-    ``dsd/dv = 1 / (2 sd)`` above the variance floor (0 below it).
+    the backward recomputes the edges a block of queries (or of one long query's documents) at a
+    time. With ``c_e = Phi(u_e)``, ``u_e = (e - 1/2 - mu) / sd`` on the unfolded edges and
+    ``p_r = c_{r+1} - c_r``: ``dL/dc_e = G_{e-1} - G_e`` (:func:`_edge_gradient`).
     """
 
     @staticmethod
@@ -189,10 +212,11 @@ class NormalFromMoments(torch.autograd.Function):
         ctx.save_for_backward(mean, var, sd, mask)
         ctx.n_ranks = n_ranks
         batch, n = mean.shape
+        n_real = mask.sum(dim=1, keepdim=True)
         out = mean.new_empty(batch, n, n_ranks)
-        for part in _chunks(batch, math.isqrt(n * (n_ranks + 1))):
-            cdf, _, _ = _edge_cdf(mean[part], sd[part], mask[part], n_ranks)
-            out[part] = (cdf[..., 1:] - cdf[..., :-1]) * mask[part][..., None].to(cdf.dtype)
+        for q, r in _blocks.blocks(batch, n, n_ranks + 1):
+            cdf, _, _ = _edge_cdf(mean[q, r], sd[q, r], n_real[q], n_ranks)
+            out[q, r] = (cdf[..., 1:] - cdf[..., :-1]) * mask[q, r][..., None].to(cdf.dtype)
         return out
 
     @staticmethod
@@ -200,18 +224,50 @@ class NormalFromMoments(torch.autograd.Function):
         mean, var, sd, mask = ctx.saved_tensors
         n_ranks = ctx.n_ranks
         batch, n = mean.shape
+        n_real = mask.sum(dim=1, keepdim=True)
         grad_mean, grad_sd = torch.zeros_like(mean), torch.zeros_like(mean)
-        for part in _chunks(batch, math.isqrt(n * (n_ranks + 1))):
-            _, u, free = _edge_cdf(mean[part], sd[part], mask[part], n_ranks)
-            g = grad_p[part] * mask[part][..., None].to(grad_p.dtype)
+        for q, r in _blocks.blocks(batch, n, n_ranks + 1):
+            g = grad_p[q, r] * mask[q, r][..., None].to(grad_p.dtype)
             g_cdf = torch.nn.functional.pad(g, (1, 0)) - torch.nn.functional.pad(g, (0, 1))
-            dens = torch.where(free, torch.exp(-0.5 * u * u) * (1.0 / math.sqrt(2.0 * math.pi)),
-                               torch.zeros_like(u))
-            w = g_cdf * dens / sd[part][..., None]
-            grad_mean[part] = -w.sum(-1)
-            grad_sd[part] = -(w * u).sum(-1)
-        grad_var = torch.where(var > VARIANCE_FLOOR, grad_sd / (2.0 * sd), torch.zeros_like(sd))
-        return grad_mean, grad_var, None, None
+            grad_mean[q, r], grad_sd[q, r] = _edge_gradient(mean[q, r], sd[q, r], n_real[q], n_ranks, g_cdf)
+        return grad_mean, _variance_gradient(grad_sd, var, sd), None, None
+
+
+class NormalExpectedDiscount(torch.autograd.Function):
+    """``(mu, v, D) -> E[D(r_j)] = sum_r D_r p_j(r)`` under the normal distributions, without forming p.
+
+    By summation by parts over the edges, ``E_j = sum_e c_e (D_{e-1} - D_e)`` (``D_{-1} = D_R = 0``),
+    so one pass over a block of (documents, edges) gives the expectation and the backward is
+    :func:`_edge_gradient` with ``dL/dc_e = g_j (D_{e-1} - D_e)``. SoftNDCG over all ranks of a long
+    list needs no (batch, n, n) tensor at all. ``discounts`` (batch, R) is a constant.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, mean: Tensor, var: Tensor, mask: Tensor, discounts: Tensor) -> Tensor:
+        sd = var.clamp_min(VARIANCE_FLOOR).sqrt()
+        steps = (torch.nn.functional.pad(discounts, (1, 0)) - torch.nn.functional.pad(discounts, (0, 1)))
+        ctx.save_for_backward(mean, var, sd, mask, steps)
+        batch, n = mean.shape
+        n_ranks = discounts.shape[-1]
+        n_real = mask.sum(dim=1, keepdim=True)
+        out = torch.zeros_like(mean)
+        for q, r in _blocks.blocks(batch, n, n_ranks + 1):
+            cdf, _, _ = _edge_cdf(mean[q, r], sd[q, r], n_real[q], n_ranks)
+            out[q, r] = (cdf * steps[q, None, :]).sum(-1)
+        return torch.where(mask, out, torch.zeros_like(out))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:
+        mean, var, sd, mask, steps = ctx.saved_tensors
+        batch, n = mean.shape
+        n_ranks = steps.shape[-1] - 1
+        n_real = mask.sum(dim=1, keepdim=True)
+        grad = torch.where(mask, grad, torch.zeros_like(grad))
+        grad_mean, grad_sd = torch.zeros_like(mean), torch.zeros_like(mean)
+        for q, r in _blocks.blocks(batch, n, n_ranks + 1):
+            g_cdf = grad[q, r][..., None] * steps[q, None, :]
+            grad_mean[q, r], grad_sd[q, r] = _edge_gradient(mean[q, r], sd[q, r], n_real[q], n_ranks, g_cdf)
+        return grad_mean, _variance_gradient(grad_sd, var, sd), None, None
 
 
 def score_normal_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int) -> Tensor:
@@ -219,6 +275,15 @@ def score_normal_rank_distributions(scores: Tensor, *, sigma: float, mask: Tenso
     or ``(batch, n, R)`` intermediate kept for the backward (``scores`` finite at padded positions)."""
     mean, var = ContestMoments.apply(scores, mask, float(sigma))
     return NormalFromMoments.apply(mean, var, mask, min(int(max_rank), scores.shape[-1]))
+
+
+def score_normal_expected_discounts(scores: Tensor, discounts: Tensor, *, sigma: float, mask: Tensor
+                                    ) -> Tensor:
+    """``E[D(r_j)]`` (batch, n) under the normal approximation of the contests of ``scores``, for
+    ``discounts`` of the 0-based ranks (batch, R), R <= n: SoftNDCG's expectation without the
+    ``(batch, n, R)`` distributions (``scores`` finite at padded positions)."""
+    mean, var = ContestMoments.apply(scores, mask, float(sigma))
+    return NormalExpectedDiscount.apply(mean, var, mask, discounts.detach())
 
 
 def score_hybrid_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int,
