@@ -106,14 +106,14 @@ class _ApproxRanks(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores, mask, alpha):  # type: ignore[override]
         b, n = scores.shape
-        keep = _blocks.keeps(b, n)
-        ranks, kept = torch.full_like(scores, 0.5), []
+        ranks = torch.full_like(scores, 0.5)
+        kept = scores.new_empty(b, n, n) if _blocks.keeps(b, n) else None  # written block by block
         for q, r in _blocks.blocks(b, n):
             above = _above(scores, mask, alpha, q, r)
             ranks[q, r] += above.sum(-1)
-            if keep:
-                kept.append(above)
-        ctx.save_for_backward(scores, mask, torch.cat(kept) if keep else None)
+            if kept is not None:
+                kept[q] = above
+        ctx.save_for_backward(scores, mask, kept)
         ctx.alpha = alpha
         return ranks
 

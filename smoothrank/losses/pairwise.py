@@ -82,16 +82,18 @@ class _WeightedPairCost(torch.autograd.Function):
     def forward(ctx, scores, sigma, *factors):  # type: ignore[override]
         f = _PairFactors(*factors)
         b, n = scores.shape
-        keep = _blocks.keeps(b, n)
-        out, kept = scores.new_zeros(b), []
+        out = scores.new_zeros(b)
+        # Written block by block (a list then torch.cat would hold the matrix twice).
+        kept_dtype = torch.bool if f.gains is None or f.discounts is None else scores.dtype
+        kept = scores.new_empty(b, n, n, dtype=kept_dtype) if _blocks.keeps(b, n) else None
         for q, r in _blocks.blocks(b, n):
             w = _block_weights(f, q, r)
             # A gap times sigma beyond the dtype's range is an inf cost; where no pair is weighed
             # it must count 0, not 0 * inf = NaN.
             out[q] += _weigh(w, F.softplus(_pair_differences(scores, q, r).mul_(-sigma))).sum((-1, -2))
-            if keep:
-                kept.append(w)
-        ctx.save_for_backward(scores, torch.cat(kept) if keep else None, *factors)
+            if kept is not None:
+                kept[q] = w
+        ctx.save_for_backward(scores, kept, *factors)
         ctx.sigma = sigma
         return out / f.den
 
