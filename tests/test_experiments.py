@@ -591,6 +591,30 @@ def test_summary_adjusts_each_metric_over_the_methods():
         summarize(results, metrics=["ndcg@1"], baseline="base", correction="sidak")
 
 
+def test_summary_adjusts_each_metric_on_its_own():
+    # A family is one metric's tests over the methods: with two metrics, Holm multiplies the
+    # smallest p-value by the number of methods (3), not by that of methods x metrics (6).
+    rng = np.random.default_rng(4)
+    base = rng.uniform(0, 1, size=(2, 60))
+    results = []
+    for name, shift in {"base": 0.0, "clear": 0.25, "marginal": 0.05, "none": 0.0}.items():
+        values = base if name == "base" else np.clip(base + shift + rng.normal(0, 0.2, size=base.shape), 0, 1)
+        means = {"ndcg@1": float(values[0].mean()), "map": float(values[1].mean())}
+        results.append({"dataset": "mq2008", "method": name, "fold": 1, "seed": 0, "kind": "neural",
+                        "metrics": {"test": means},
+                        "per_query": {"qids": [str(i) for i in range(60)], "ndcg@1": values[0].tolist(),
+                                      "map": values[1].tolist()}})
+    plain = summarize(results, metrics=["ndcg@1", "map"], baseline="base")
+    rows = summarize(results, metrics=["ndcg@1", "map"], baseline="base", correction="holm")
+    def tested(rows: list[dict], metric: str, key: str) -> list[float]:
+        return [r[key] for r in rows if r["split"] == "test" and r["baseline"] and r["metric"] == metric]
+
+    for metric in ("ndcg@1", "map"):
+        p, adjusted = tested(plain, metric, "p_value"), tested(rows, metric, "p_adjusted")
+        assert len(p) == 3
+        assert adjusted == pytest.approx(adjust_pvalues(p, "holm").tolist())
+
+
 # ------------------------------------------------------------------------------ report
 def _fake(method: str, fold: int, test: list[float], train_value: float, seed: int = 0) -> dict:
     return {"dataset": "mq2008", "method": method, "fold": fold, "seed": seed,
@@ -720,6 +744,18 @@ def test_published_comparison_orders_by_validation_and_needs_every_row_beaten():
     assert table[2]["beats"]["ndcg@1"] and not table[2]["beats"]["map"]
     tie = [_row("t", "test", m, published["Q"][m] if m == "ndcg@5" else 1.0) for m in test_a]
     assert not published_comparison(tie, "mq2008", published, select_by="ndcg@10")[0]["beats"]["ndcg@5"]
+
+
+def test_published_comparison_picks_by_the_validation_split_never_the_test_split():
+    # Validation prefers a, test prefers b, and b comes first in the rows: only the validation
+    # values may give the order (the first row is the configuration a user would pick).
+    published = {"P": {"ndcg@1": 0.30, "ndcg@3": 0.40, "ndcg@5": 0.45, "map": 0.46}}
+    rows = [_row("b", "valid", "ndcg@10", 0.20), _row("b", "test", "ndcg@10", 0.50),
+            _row("a", "valid", "ndcg@10", 0.30), _row("a", "test", "ndcg@10", 0.10),
+            _row("c", "valid", "ndcg@10", 0.25), _row("c", "test", "ndcg@10", 0.90)]
+    table = published_comparison(rows, "mq2008", published, select_by="ndcg@10")
+    assert [r["method"] for r in table] == ["a", "c", "b"]
+    assert [r["valid"] for r in table] == [0.30, 0.25, 0.20]
 
 
 @pytest.mark.parametrize(("library", "objective", "params"), [
@@ -981,6 +1017,28 @@ def test_compare_two_methods_against_scipy(tmp_path, capsys):
     write_json(other / "runs" / "a-1" / "result.json", {**_fake("a", 1, b[1], 0.5), "dataset": "mslr"})
     assert cli_main(["compare", str(tmp_path), "a", "a", "--b-out", str(other)]) == 2
     assert "pair only on the same data" in capsys.readouterr().err
+
+
+def test_compare_alpha_sets_the_verdict_and_the_json_interval(tmp_path, capsys):
+    from scipy.stats import ttest_rel
+
+    rng = np.random.default_rng(5)
+    a, b = rng.uniform(size=30).round(3).tolist(), rng.uniform(size=30).round(3).tolist()
+    for r in (_fake("a", 1, a, 0.5), _fake("b", 1, b, 0.5)):
+        write_json(tmp_path / "runs" / r["method"] / "result.json", r)
+    reference = ttest_rel(a, b)
+    p = float(reference.pvalue)
+    assert 0.05 < p < 0.9  # --alpha, not the default 0.05, must decide on each side of p
+    for alpha, verdict in ((p + (1 - p) / 2, "yes"), (p / 2, "no")):
+        args = ["compare", str(tmp_path), "a", "b", "--metrics", "ndcg@1", "--alpha", f"{alpha:.6f}"]
+        assert cli_main(args) == 0
+        row = capsys.readouterr().out.splitlines()[3].split("|")
+        assert row[6].strip() == verdict, (alpha, row)
+    assert cli_main(["compare", str(tmp_path), "a", "b", "--metrics", "ndcg@1", "--alpha", "0.2",
+                     "--format", "json"]) == 0
+    interval = reference.confidence_interval(0.8)
+    printed = json.loads(capsys.readouterr().out)["ndcg@1"]
+    assert printed["interval"] == [pytest.approx(interval.low), pytest.approx(interval.high)]
 
 
 def test_an_output_folder_in_use_by_another_command_is_refused(letor_files, tmp_path, capsys):
