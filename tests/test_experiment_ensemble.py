@@ -196,6 +196,12 @@ def test_end_to_end_ensemble(letor_files, tmp_path, capsys):
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--quiet"]) == 0
     assert "4 run(s) done, 0 skipped (finished before); 2 ensemble(s) built, 0 reused" in \
         capsys.readouterr().out
+    # The folder's plan lists the ensembles too, so `compare` reads them as methods of the experiment.
+    assert json.loads((out / "plan.json").read_text())["ensembles"] == [
+        "syn--files--neural_ndcg-linear+ens2", "syn--files--lightgbm-lambdarank+ens2"]
+    compare = ["compare", str(out), "neural_ndcg-linear+ens2", "neural_ndcg-linear", "--format", "json"]
+    assert cli_main(compare) == 0
+    assert json.loads(capsys.readouterr().out)["map"]["n_queries"] == 6
 
     neural_ids = [f"syn--files--neural_ndcg-linear--seed{s}" for s in (0, 1)]
     ens_dir = out / "ensembles" / "syn--files--neural_ndcg-linear+ens2"

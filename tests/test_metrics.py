@@ -173,6 +173,13 @@ def test_each_ndcg_convention_changes_the_number_by_hand():
     by_input = evaluate_flat(s, y, offsets=offsets, metrics="ndcg", convention="trec")["ndcg"]
     by_docno = evaluate_flat(s, y, offsets=offsets, metrics="ndcg", convention="trec", doc_ids=["d1", "d2"])
     assert by_input.item() == pytest.approx(l3, abs=1e-15) and by_docno["ndcg"].item() == 1.0
+    # Only trec orders ties by docno: letor4 and lightgbm keep the input order even given doc ids
+    # (the experiment runner always passes them).
+    for name in ("letor4", "lightgbm"):
+        kept = evaluate_flat([1.0, 1.0, 1.0], [0.0, 0.0, 1.0], offsets=np.array([0, 3]), metrics="ndcg,map",
+                             convention=name, doc_ids=["d1", "d2", "d3"])
+        assert kept["map"].item() == pytest.approx(1 / 3, abs=1e-15), name
+        assert kept["ndcg"].item() < 1.0, name
     # No relevant document: 1, 0 or left out.
     assert ndcg([2.0, 1.0], [0.0, 0.0], empty="one").item() == 1.0
     assert ndcg([2.0, 1.0], [0.0, 0.0], empty="zero").item() == 0.0
