@@ -125,6 +125,23 @@ def test_approx_ndcgs_diagonal_is_vectorised() -> None:
     torch.testing.assert_close(batched, boosting._diagonal_in_blocks(grad, x, 1), rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("method", ["normal", "hybrid"])
+def test_soft_ndcgs_normal_approximation_is_refused_for_the_diagonal(method: str) -> None:
+    """SoftNDCG's normal and hybrid methods have hand-written first derivatives too (ContestMoments,
+    NormalFromMoments, NormalExpectedDiscount): their backward passes, recorded under create_graph,
+    gave a silently wrong diagonal (normal: 0.078 for a finite-difference 0.058; hybrid: all 0)
+    instead of the refusal that the exact method and the docs give."""
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        boosting_gradients("soft_ndcg", [0.3, -1.2, 0.8, 0.1, 2.0, -0.4], [3.0, 0.0, 1.0, 2.0, 0.0, 1.0], [6],
+                           hessian="diagonal", method=method)
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        xgboost_objective("soft_ndcg", hessian="diagonal", method=method)
+    # the other Hessians still work
+    grad, hess = boosting_gradients("soft_ndcg", [0.3, -1.2, 0.8], [1.0, 0.0, 2.0], [3], method=method,
+                                    hessian="curvature")
+    assert np.isfinite(grad).all() and np.any(grad != 0) and (hess > 0).all()
+
+
 def _queries() -> list[slice]:
     ends = SIZES.cumsum()
     return [slice(int(e - n), int(e)) for n, e in zip(SIZES, ends, strict=True)]

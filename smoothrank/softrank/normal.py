@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from smoothrank import _blocks
 from smoothrank.softrank.pairwise import default_mask
@@ -152,6 +153,7 @@ class ContestMoments(torch.autograd.Function):
         return mean, var
 
     @staticmethod
+    @once_differentiable  # a hand-written first derivative: a booster's diagonal Hessian is refused
     def backward(ctx: Any, grad_mean: Tensor, grad_var: Tensor) -> tuple[Tensor | None, None, None]:
         scores, mask = ctx.saved_tensors
         sigma = ctx.sigma
@@ -220,6 +222,7 @@ class NormalFromMoments(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # a hand-written first derivative: a booster's diagonal Hessian is refused
     def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor, Tensor, None, None]:
         mean, var, sd, mask = ctx.saved_tensors
         n_ranks = ctx.n_ranks
@@ -257,6 +260,7 @@ class NormalExpectedDiscount(torch.autograd.Function):
         return torch.where(mask, out, torch.zeros_like(out))
 
     @staticmethod
+    @once_differentiable  # a hand-written first derivative: a booster's diagonal Hessian is refused
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:
         mean, var, sd, mask, steps = ctx.saved_tensors
         batch, n = mean.shape
