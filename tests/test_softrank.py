@@ -481,3 +481,41 @@ def test_sigma_below_the_dtype_gives_finite_rank_distributions(dtype: torch.dtyp
     assert torch.isfinite(p).all() and torch.isfinite(g).all()
     pi = pairwise_probabilities(scores.detach(), sigma=1e-320)
     assert torch.isfinite(pi).all() and pi[0, 1, 0] == 1.0 and pi[0, 1, 2] == 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_contests_and_normal_tails_are_accurate_far_from_the_mean(dtype: torch.dtype) -> None:
+    """Phi deep in the lower tail, against SciPy: the contests of well separated documents and the
+    normal approximation's bins live there. torch.special.ndtr (CPU, as (1 + erf) / 2) gave
+    Phi(-5.5) = 2.98e-8 instead of 1.90e-8 in float32 and 0 from -6 on."""
+    from scipy.stats import norm
+
+    from smoothrank.softrank.normal import NormalFromMoments, normal_from_moments
+
+    low = -12.0 if dtype == torch.float32 else -35.0  # float32's normal range ends near Phi(-13)
+    gaps = torch.linspace(low, 0.0, 60, dtype=F64)
+    scores = torch.cat([torch.zeros(1, dtype=F64), gaps]).to(dtype).unsqueeze(0)
+    pi = pairwise_probabilities(scores, sigma=1 / math.sqrt(2.0))  # pi[i, 0] = Phi(s_i - s_0)
+    want = norm.cdf(scores[0, 1:].double().numpy())
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    np.testing.assert_allclose(pi[0, 1:, 0].double().numpy(), want, rtol=tol)
+    # The normal approximation's first bin of a document whose mean rank is 7 with variance 1:
+    # Phi(0.5 - 7) = Phi(-6.5), folded lower tail.
+    mean = torch.tensor([[7.0] + [0.0] * 14], dtype=dtype)
+    real = torch.ones_like(mean, dtype=torch.bool)
+    for p in (normal_from_moments(mean, torch.ones_like(mean), real, 15),
+              NormalFromMoments.apply(mean, torch.ones_like(mean), real, 15)):
+        np.testing.assert_allclose(float(p[0, 0, 0]), norm.cdf(-6.5), rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("method", ["exact", "normal"])
+def test_half_precision_scores_are_ranked_in_float32(dtype: torch.dtype, method: str) -> None:
+    """soft_rank on float16/bfloat16 scores computes in float32 and returns the scores' dtype (the
+    half-precision moments of a long list were 30-50% off)."""
+    g = torch.Generator().manual_seed(4)
+    scores = torch.randn(2, 400, generator=g).to(dtype)
+    got = soft_rank(scores, sigma=0.5, method=method, max_rank=20)
+    want = soft_rank(scores.float(), sigma=0.5, method=method, max_rank=20)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=float(torch.finfo(dtype).eps))

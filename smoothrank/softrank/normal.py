@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from smoothrank import _blocks
-from smoothrank.softrank.pairwise import default_mask
+from smoothrank.softrank.pairwise import default_mask, normal_cdf
 from smoothrank.softrank.rank_binomial import rank_distributions
 
 VARIANCE_FLOOR = 1e-6
@@ -67,7 +67,7 @@ def normal_from_moments(mean: Tensor, var: Tensor, mask: Tensor, n_ranks: int) -
     n_real = mask.sum(dim=1, keepdim=True)  # (batch, 1)
     ranks = torch.arange(n_ranks + 1, device=mean.device, dtype=mean.dtype) - 0.5  # edges r - 1/2
     z = (ranks[None, None, :] - mean[..., None]) / sd[..., None]
-    cdf = torch.special.ndtr(z)
+    cdf = normal_cdf(z)
     edge_index = torch.arange(n_ranks + 1, device=mean.device)
     # Fold the tails: the lower edge of rank 0 is -inf, the upper edge of rank n_b - 1 is +inf.
     cdf = torch.where(edge_index[None, None, :] == 0, torch.zeros_like(cdf), cdf)
@@ -124,7 +124,7 @@ def _block_contests(scores: Tensor, mask: Tensor, sigma: float, q: slice, r: sli
     the score differences and the real pairs."""
     s, m = scores[q], mask[q]
     diff = s[:, r, None] - s[:, None, :]
-    pi = torch.special.ndtr(diff * (1.0 / (sigma * math.sqrt(2.0))))
+    pi = normal_cdf(diff * (1.0 / (sigma * math.sqrt(2.0))))
     index = torch.arange(s.shape[-1], device=s.device)
     real = m[:, r, None] & m[:, None, :] & (index[r, None] != index[None, :])
     return torch.where(real, pi, torch.zeros_like(pi)), diff, real
@@ -180,7 +180,7 @@ def _edge_cdf(mean: Tensor, sd: Tensor, n_real: Tensor, n_ranks: int) -> tuple[T
     free = (index[None, :] > 0) & (index[None, :] < n_real)  # (queries, R + 1)
     free = free[:, None, :].expand_as(u)
     lower_one = (index[None, :] >= n_real)[:, None, :].expand_as(u)
-    cdf = torch.where(free, torch.special.ndtr(u), lower_one.to(u.dtype))
+    cdf = torch.where(free, normal_cdf(u), lower_one.to(u.dtype))
     return cdf, u, free
 
 

@@ -67,7 +67,7 @@ from torch import Tensor
 
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
-from smoothrank.softrank.pairwise import default_mask, pair_mask
+from smoothrank.softrank.pairwise import default_mask, normal_cdf, pair_mask
 
 BACKENDS = ("auto", "numba", "torch", "fft")
 
@@ -367,7 +367,7 @@ def _chunks(batch: int, n: int) -> list[slice]:
 def _contests(scores: Tensor, mask: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
     """``pi[b, i, j] = Phi((s_i - s_j) / (sigma sqrt 2))`` (zero off the real pairs) and the differences."""
     diff = scores[:, :, None] - scores[:, None, :]
-    pi = torch.special.ndtr(diff * (1.0 / (sigma * math.sqrt(2.0))))
+    pi = normal_cdf(diff * (1.0 / (sigma * math.sqrt(2.0))))
     return torch.where(pair_mask(mask), pi, torch.zeros_like(pi)).contiguous(), diff
 
 
