@@ -205,10 +205,8 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     d_item = torch.gather(disc_by_rank, -1, (ranks - 1).clamp(max=mask.shape[-1] - 1))
     d_item = torch.where(mask, d_item, torch.zeros_like(d_item))
     ideal_safe = torch.where(valid, ideal, torch.ones_like(ideal))
-    # All labels equal: no pair, not counted by "mean".
-    highest = labels.masked_fill(~mask, float("-inf")).amax(-1)
-    lowest = labels.masked_fill(~mask, float("inf")).amin(-1)
-    valid = valid & (highest > lowest)
     factors = _pair_factors(labels, mask, ideal_safe, gains=g, discounts=d_item)
+    # All labels equal: no pair, not counted by "mean".
+    valid = valid & (factors.winners.amax(-1) > factors.losers.amin(-1))
     per_query = _weighted_pair_cost(scores, sigma, factors)
     return C.reduce(per_query, valid, reduction)
