@@ -29,5 +29,6 @@ def blocks(b: int, n: int, width: int | None = None) -> list[tuple[slice, slice]
 
 def keeps(b: int, n: int) -> bool:
     """Whether the blocks of a (b, n, n) matrix are whole queries, few enough to keep for backward
-    (then ``torch.cat`` of the blocks is the matrix). Not an empty batch: it has no block to keep."""
+    (the caller writes each block ``[q]`` into one (b, n, n) tensor). Not an empty batch: it has no
+    block to keep."""
     return n * n <= CHUNK_ELEMENTS and 0 < b * n * n <= KEEP_ELEMENTS

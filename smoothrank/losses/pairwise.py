@@ -44,13 +44,18 @@ def _pair_factors(labels: Tensor, mask: Tensor, den: Tensor, *, top: Tensor | No
                         top, gains, discounts, den)
 
 
+def _flags_only(f: _PairFactors) -> bool:
+    """Whether the weights are 0/1 flags (times 1/den): no gain or discount factor."""
+    return f.gains is None or f.discounts is None
+
+
 def _block_weights(f: _PairFactors, q: slice, r: slice) -> Tensor:
     """``den * w_ij`` for queries q, rows i in r, all columns j, shape (queries, rows, n): a bool
     tensor without gains, floating with them."""
     pairs = f.winners[q, r].unsqueeze(-1) > f.losers[q].unsqueeze(-2)
     if f.top is not None:
         pairs &= f.top[q, r].unsqueeze(-1) | f.top[q].unsqueeze(-2)
-    if f.gains is None or f.discounts is None:
+    if _flags_only(f):
         return pairs
     g, d = f.gains[q], f.discounts[q]
     gaps = (g[:, r].unsqueeze(-1) - g.unsqueeze(-2)).abs_()
@@ -84,7 +89,7 @@ class _WeightedPairCost(torch.autograd.Function):
         b, n = scores.shape
         out = scores.new_zeros(b)
         # Written block by block (a list then torch.cat would hold the matrix twice).
-        kept_dtype = torch.bool if f.gains is None or f.discounts is None else scores.dtype
+        kept_dtype = torch.bool if _flags_only(f) else scores.dtype
         kept = scores.new_empty(b, n, n, dtype=kept_dtype) if _blocks.keeps(b, n) else None
         for q, r in _blocks.blocks(b, n):
             w = _block_weights(f, q, r)
