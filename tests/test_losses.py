@@ -371,11 +371,12 @@ class _LargestAllocation(TorchDispatchMode):
 
 
 @pytest.mark.parametrize(("name", "options"), [("rank_net", {"k": 10}), ("lambda_rank", {}),
-                                               ("approx_ndcg", {}), ("soft_ndcg", {"method": "normal"})])
+                                               ("approx_ndcg", {}), ("soft_ndcg", {"method": "normal"}),
+                                               ("soft_ndcg", {"method": "hybrid"})])
 def test_long_lists_never_allocate_a_list_by_list_matrix(name: str, options: dict) -> None:
     """At 1 x 3000 a (n, n) float32 matrix is 36 MB; the pair-matrix losses and SoftNDCG's normal
-    approximation over all ranks work in blocks of about CHUNK_ELEMENTS entries, forward and
-    backward, so nothing they allocate is more than a block (peak memory without a timing test)."""
+    approximation and hybrid over all ranks work in blocks of about CHUNK_ELEMENTS entries, forward
+    and backward, so nothing they allocate is more than a block (peak memory without a timing test)."""
     from smoothrank import _blocks
 
     n = 3000
@@ -386,6 +387,22 @@ def test_long_lists_never_allocate_a_list_by_list_matrix(name: str, options: dic
         getattr(losses, name)(s, y, **options).backward()
     assert torch.isfinite(s.grad).all() and s.grad.abs().sum() > 0
     assert watch.largest <= 2 * 4 * _blocks.CHUNK_ELEMENTS < 4 * n * n
+
+
+def test_soft_ndcg_at_k_of_a_long_list_never_allocates_a_list_by_list_matrix() -> None:
+    """SoftNDCG@10 by the exact recursion forms a long list's contests a block of documents'
+    columns at a time (at least one SIMD block of the kernels per thread), forward and backward."""
+    from smoothrank.softrank import rank_binomial
+
+    n = 3000
+    g = torch.Generator().manual_seed(4)
+    s = torch.randn(1, n, generator=g).requires_grad_()
+    y = torch.randint(0, 5, (1, n), generator=g).float()
+    width = max(c.stop - c.start for _, c in rank_binomial._column_blocks(1, n))
+    with _LargestAllocation() as watch:
+        losses.soft_ndcg(s, y, k=10, method="exact").backward()
+    assert torch.isfinite(s.grad).all() and s.grad.abs().sum() > 0
+    assert watch.largest <= 4 * n * width and 2 * width <= n
 
 
 @pytest.mark.parametrize("name", ["rank_net", "lambda_rank", "approx_ndcg"])

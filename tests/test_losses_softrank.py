@@ -225,12 +225,13 @@ def test_sinkhorn_on_a_long_list_computes_float32_as_float64() -> None:
 
 @pytest.mark.parametrize("chunk", [1 << 20, 300, 5])  # whole queries; row blocks of one query
 @pytest.mark.parametrize("k", [None, 3])
-def test_normal_soft_ndcg_is_the_expectation_of_the_normal_distributions(chunk: int, k: int | None,
-                                                                        monkeypatch: pytest.MonkeyPatch
-                                                                        ) -> None:
+@pytest.mark.parametrize("method", ["normal", "hybrid"])
+def test_normal_and_hybrid_soft_ndcg_are_expectations_of_their_distributions(
+        chunk: int, k: int | None, method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """method="normal" takes E[D(r_j)] straight from the moments (summation by parts over the
-    edges, never the (batch, n, R) distributions): it must equal sum_r D(r + 1) p_j(r) of
-    soft_rank's normal distributions, value and gradient, for any blocking."""
+    edges, never the (batch, n, R) distributions), "hybrid" the same plus the exact distributions of
+    the end documents alone: each must equal sum_r D(r + 1) p_j(r) of soft_rank's distributions,
+    value and gradient, for any blocking."""
     from smoothrank import _blocks
 
     monkeypatch.setattr(_blocks, "CHUNK_ELEMENTS", chunk)
@@ -241,10 +242,10 @@ def test_normal_soft_ndcg_is_the_expectation_of_the_normal_distributions(chunk: 
     mask[2, 20:] = False
     for discount in ("log2", "linear"):
         x, ref = scores.clone().requires_grad_(), scores.clone().requires_grad_()
-        got = soft_ndcg(x, labels, mask=mask, k=k, method="normal", sigma=0.8, discount=discount,
-                        reduction="none")
+        got = soft_ndcg(x, labels, mask=mask, k=k, method=method, sigma=0.8, discount=discount,
+                        n_exact=3, reduction="none")
         n_ranks = 30 if k is None else k
-        p = soft_rank(ref, sigma=0.8, mask=mask, method="normal", max_rank=n_ranks)
+        p = soft_rank(ref, sigma=0.8, mask=mask, method=method, n_exact=3, max_rank=n_ranks)
         ranks = torch.arange(1.0, n_ranks + 1, dtype=torch.float64).expand(3, n_ranks)
         n_real = mask.sum(-1, keepdim=True).double()
         d = discount_fn(ranks, discount, list_size=n_real)
@@ -259,4 +260,4 @@ def test_normal_soft_ndcg_is_the_expectation_of_the_normal_distributions(chunk: 
         torch.testing.assert_close(x.grad, ref.grad, rtol=1e-10, atol=1e-13)
     x = scores[:2, :8].clone().requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda s: soft_ndcg(s, labels[:2, :8], k=k, method="normal", reduction="none"), (x,))
+        lambda s: soft_ndcg(s, labels[:2, :8], k=k, method=method, n_exact=2, reduction="none"), (x,))

@@ -212,6 +212,69 @@ def test_blocked_chunked_kernel_matches_the_torch_path(dtype: torch.dtype, max_r
         torch.autograd.gradcheck(lambda s: soft_rank(s, sigma=0.7, mask=mask[:1], max_rank=3), (x,))
 
 
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("max_rank", [None, 7])
+def test_blocked_kernel_on_column_blocks_of_a_long_list(dtype: torch.dtype, max_rank: int | None,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long list's contests are formed a block of its documents' columns at a time, never (n, n):
+    the distributions are bit-identical to whole queries (each column's recursion is the same) and
+    the gradient equal to rounding (its sums over the columns are split)."""
+    import numba
+
+    from smoothrank.softrank import _numba, rank_binomial
+
+    n = _numba.BLOCK + 37
+    g = torch.Generator().manual_seed(21)
+    scores = (torch.randn(3, n, generator=g, dtype=dtype) * 2).requires_grad_()
+    mask = torch.rand(3, n, generator=g) > 0.2
+    weights = torch.randn(3, n, n if max_rank is None else max_rank, generator=g, dtype=dtype)
+    threads = numba.get_num_threads()
+    out, grads = [], []
+    try:
+        for chunk in (rank_binomial.CHUNK_ENTRIES, 1):  # whole queries, then columns of one SIMD block
+            monkeypatch.setattr(rank_binomial, "CHUNK_ENTRIES", chunk)
+            numba.set_num_threads(1)
+            blocks = rank_binomial._column_blocks(3, n)
+            assert len(blocks) == (1 if chunk > 1 else 6)  # 64 + 37 columns per query
+            p = soft_rank(scores, sigma=0.7, mask=mask, max_rank=max_rank, backend="numba")
+            (grad,) = torch.autograd.grad((p * weights).sum(), scores)
+            out.append(p.detach())
+            grads.append(grad)
+    finally:
+        numba.set_num_threads(threads)
+    torch.testing.assert_close(out[1], out[0], rtol=0, atol=0)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(grads[1], grads[0], rtol=tol, atol=tol)
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [1, 2, 40, 49])  # sqrt(n) segments: 7 of 6 (the last partial), 7 of 7
+def test_hybrid_backward_from_checkpoints_equals_keeping_every_state(n: int, dtype: torch.dtype,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-document kernel's backward keeps the states of a long recursion only every sqrt(n)
+    steps and regenerates each segment: the gradient is bit-identical to keeping them all."""
+    from smoothrank.softrank import _numba
+
+    g = torch.Generator().manual_seed(n)
+    scores = torch.randn(2, n, generator=g, dtype=dtype) * 1.5
+    mask = torch.rand(2, n, generator=g) > 0.2
+    mask[:, 0] = True
+    weights = torch.randn(2, n, n, generator=g, dtype=dtype)
+    grads = []
+    for states in (_numba.FUSED_STATES, 1):  # all states kept; checkpoints
+        monkeypatch.setattr(_numba, "FUSED_STATES", states)
+        x = scores.clone().requires_grad_()
+        p = soft_rank(x, sigma=0.8, mask=mask, method="hybrid", n_exact=3)
+        (grad,) = torch.autograd.grad((p * weights).sum(), x)
+        grads.append(grad)
+    assert torch.equal(grads[0], grads[1])
+    if dtype == torch.float64 and n == 40:
+        x = scores[:1, :12].clone().requires_grad_()
+        torch.autograd.gradcheck(lambda s: soft_rank(s, sigma=0.8, method="hybrid", n_exact=2), (x,))
+
+
 @pytest.mark.parametrize("chunk", [1 << 20, 500, 7])  # whole queries; row blocks of one query
 def test_normal_and_hybrid_from_scores_match_the_autograd_formulas(chunk: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:

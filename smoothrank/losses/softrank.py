@@ -10,8 +10,9 @@ from smoothrank._checks import check_bool, check_nonnegative, check_positive_int
 from smoothrank.losses import _common as C
 from smoothrank.losses._registry import register
 from smoothrank.softrank.api import check_method, check_n_exact, soft_rank
-from smoothrank.softrank.normal import score_normal_expected_discounts
+from smoothrank.softrank.normal import score_hybrid_expected_discounts, score_normal_expected_discounts
 from smoothrank.softrank.pairwise import check_sigma
+from smoothrank.softrank.rank_binomial import can_fuse
 
 
 def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
@@ -86,6 +87,11 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
         # memory however long the list (checked against the distributions' expectation).
         expected_discount = score_normal_expected_discounts(
             scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask)
+    elif method == "hybrid" and not sinkhorn and can_fuse(scores, backend):
+        # The same for the hybrid on the CPU kernels: exact distributions of the end documents only.
+        expected_discount = score_hybrid_expected_discounts(
+            scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask,
+            n_exact=n_exact)
     else:
         p = soft_rank(scores, sigma=sigma, mask=mask, max_rank=n_ranks, method=method, n_exact=n_exact,
                       sinkhorn=bool(sinkhorn), max_iter=max_iter, tol=tol, backend=backend)

@@ -290,6 +290,26 @@ def score_normal_expected_discounts(scores: Tensor, discounts: Tensor, *, sigma:
     return NormalExpectedDiscount.apply(mean, var, mask, discounts.detach())
 
 
+def score_hybrid_expected_discounts(scores: Tensor, discounts: Tensor, *, sigma: float, mask: Tensor,
+                                    n_exact: int) -> Tensor:
+    """``E[D(r_j)]`` (batch, n) under the hybrid on the CPU kernels, without the ``(batch, n, R)``
+    distributions: the exact distributions of the ``2 n_exact`` documents at the ends of each query
+    (``(rows, R)``, :func:`~smoothrank.softrank.rank_binomial.score_selected_rank_distributions`),
+    the normal expectation of the others (:class:`NormalExpectedDiscount`); ``discounts`` as in
+    :func:`score_normal_expected_discounts`."""
+    from smoothrank.softrank.rank_binomial import score_selected_rank_distributions
+
+    discounts = discounts.detach()
+    mean, var = ContestMoments.apply(scores, mask, float(sigma))
+    select = _extreme_documents(mean.detach(), mask, n_exact) & mask
+    approx = NormalExpectedDiscount.apply(mean, var, mask, discounts)
+    p = score_selected_rank_distributions(scores, sigma=sigma, mask=mask, max_rank=discounts.shape[-1],
+                                          select=select)
+    queries, docs = select.nonzero(as_tuple=True)  # row-major, the order of p's rows
+    exact = (p * discounts[queries, : p.shape[-1]]).sum(-1)
+    return approx.index_put((queries, docs), exact)
+
+
 def score_hybrid_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int,
                                     n_exact: int) -> Tensor:
     """:func:`hybrid_rank_distributions` from the scores, exact part on the fused CPU kernel."""

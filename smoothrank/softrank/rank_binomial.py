@@ -26,8 +26,10 @@ states are recomputed instead:
   independent. For all documents (:class:`BlockedRankBinomial`) the recursions of a block of 64
   documents of one query run side by side, documents in the vectorised inner loop; the backward
   keeps a checkpoint every ``sqrt(n)`` steps per block and regenerates each segment from it
-  (``O(threads (sqrt(n) + n / sqrt(n)) R 64)`` memory). For a few selected documents (the
-  hybrid) one recursion per document keeps its ``n x R`` states and sweeps back through them.
+  (``O(threads (sqrt(n) + n / sqrt(n)) R 64)`` memory); the contests are formed a few queries,
+  or a block of one long query's document columns, at a time. For a few selected documents (the
+  hybrid) one recursion per document forms its own contests, keeps its ``n x R`` states (or, on
+  long lists, ``sqrt(n)`` checkpoints) and sweeps back through them.
 * ``backend="torch"`` (pure PyTorch): the batch is swept competitor by competitor; the backward
   stores a checkpoint every ``c = ceil(sqrt(n))`` steps during a recomputed forward and
   regenerates each segment of ``c`` states from its checkpoint: ``O(sqrt(n))`` tensors of shape
@@ -328,57 +330,75 @@ def rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_rank: int 
 
 
 class FusedRankBinomial(torch.autograd.Function):
-    """``scores (batch, n) -> p (batch, n, R)`` in one compiled CPU kernel (contests included).
+    """``scores (batch, n) -> p (rows, R)`` of a few documents in one compiled CPU kernel.
 
-    Same recursion and adjoint as :class:`RankBinomial`, but the contest probabilities are formed
-    inside the kernel and the backward returns the score gradient directly (eq. 20), so that no
-    ``(batch, n, n)`` tensor is ever allocated: the extra memory is ``O(batch n R)`` for ``p``.
+    ``rows`` (int64) are the flat indices ``b n + j`` of the real documents wanted; ``p[t]`` is the
+    distribution of document ``rows[t]``. Same recursion and adjoint as :class:`RankBinomial`, but
+    the contest probabilities are formed inside the kernel and the backward returns the score
+    gradient directly (eq. 20), so that no ``(batch, n, n)`` tensor is ever allocated: the extra
+    memory is ``O(rows R)`` for ``p``, not ``O(batch n R)``.
     """
 
     @staticmethod
-    def forward(ctx: Any, scores: Tensor, mask: Tensor, select: Tensor, sigma: float, n_ranks: int) -> Tensor:
-        ctx.save_for_backward(scores, mask, select)
+    def forward(ctx: Any, scores: Tensor, mask: Tensor, rows: Tensor, sigma: float, n_ranks: int) -> Tensor:
+        ctx.save_for_backward(scores, mask, rows)
         ctx.sigma = sigma
         s = scores.detach().contiguous().numpy()
-        out = _kernels().fused_forward(s, mask.numpy(), select.numpy(), sigma, n_ranks)
-        return torch.from_numpy(out)
+        return torch.from_numpy(_kernels().fused_forward(s, mask.numpy(), rows.numpy(), sigma, n_ranks))
 
     @staticmethod
     def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor | None, None, None, None, None]:
-        scores, mask, select = ctx.saved_tensors
+        scores, mask, rows = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None
-        g = _kernels().fused_backward(scores.detach().contiguous().numpy(), mask.numpy(), select.numpy(),
-                                  ctx.sigma, grad_p.contiguous().numpy())
+        g = _kernels().fused_backward(scores.detach().contiguous().numpy(), mask.numpy(), rows.numpy(),
+                                      ctx.sigma, grad_p.contiguous().numpy())
         return torch.from_numpy(g).to(scores.dtype), None, None, None, None
 
 
-# Queries per chunk of the blocked path: the contest matrices of one chunk hold at most this many
-# entries (2 MiB in float32, 9 queries at n = 240), so the temporaries never grow with the batch and
-# stay small enough that the allocator hands them back.
+# Entries of the contest matrices formed at a time on the blocked path (2 MiB in float32): whole
+# queries (9 at n = 240) or, for a long list, a block of its documents' columns, so that the
+# temporaries never grow with the batch or with n^2 and stay small enough that the allocator hands
+# them back.
 CHUNK_ENTRIES = 1 << 19
 
 
-def _chunks(batch: int, n: int) -> list[slice]:
-    per = max(1, CHUNK_ENTRIES // max(n * n, 1))
-    return [slice(start, min(batch, start + per)) for start in range(0, batch, per)]
+def _column_blocks(batch: int, n: int) -> list[tuple[slice, slice]]:
+    """(queries, documents) slices: a few whole queries while ``n^2 <= CHUNK_ENTRIES``, else one
+    query's documents in column blocks of about ``CHUNK_ENTRIES / n``, a multiple of the kernels'
+    SIMD block and at least one SIMD block per thread (the kernels parallelise over SIMD blocks)."""
+    if n * n <= CHUNK_ENTRIES:
+        per = max(1, CHUNK_ENTRIES // max(n * n, 1))
+        return [(slice(lo, lo + per), slice(None)) for lo in range(0, batch, per)]
+    import numba
+
+    from smoothrank.softrank._numba import BLOCK
+
+    width = max(BLOCK * numba.get_num_threads(), CHUNK_ENTRIES // n // BLOCK * BLOCK)
+    return [(slice(q, q + 1), slice(lo, lo + width)) for q in range(batch) for lo in range(0, n, width)]
 
 
-def _contests(scores: Tensor, mask: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
-    """``pi[b, i, j] = Phi((s_i - s_j) / (sigma sqrt 2))`` (zero off the real pairs) and the differences."""
-    diff = scores[:, :, None] - scores[:, None, :]
+def _contest_columns(scores: Tensor, mask: Tensor, sigma: float, cols: slice
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+    """``pi[b, i, c] = Phi((s_i - s_j) / (sigma sqrt 2))`` for the documents ``j`` of columns ``cols``
+    (zero off the real pairs, ``i != j``), the score differences and the real pairs."""
+    diff = scores[:, :, None] - scores[:, None, cols]
     pi = normal_cdf(diff * (1.0 / (sigma * math.sqrt(2.0))))
-    return torch.where(pair_mask(mask), pi, torch.zeros_like(pi)).contiguous(), diff
+    index = torch.arange(scores.shape[-1], device=scores.device)
+    real = mask[:, :, None] & mask[:, None, cols] & (index[:, None] != index[None, cols])
+    return torch.where(real, pi, torch.zeros_like(pi)).contiguous(), diff, real
 
 
 class BlockedRankBinomial(torch.autograd.Function):
-    """``scores (batch, n) -> p (batch, n, R)`` through the blocked compiled kernels, query chunk by chunk.
+    """``scores (batch, n) -> p (batch, n, R)`` through the blocked compiled kernels, a block at a time.
 
-    The contest matrices are formed (vectorised, in PyTorch) for a chunk of queries at a time and
-    dropped after the kernel has read them; the backward recomputes them, gets ``dL/dpi`` from the
-    adjoint kernel and turns it into the score gradient with eq. 20:
+    The contests are formed (vectorised, in PyTorch) for a few whole queries, or a block of one
+    long query's documents, at a time (:func:`_column_blocks`) and dropped after the kernel has read
+    them; the backward recomputes them, gets ``dL/dpi`` from the adjoint kernel and turns it into
+    the score gradient with eq. 20:
     ``dL/ds_k = sum_j G_kj phi_kj - sum_i G_ik phi_ik``, ``phi_ij = N(s_i - s_j | 0, 2 sigma^2)``.
-    Memory beyond ``p`` is a few ``(chunk, n, n)`` tensors (``CHUNK_ENTRIES`` entries each).
+    Memory beyond ``p`` is a few tensors of about ``CHUNK_ENTRIES`` entries (``O(n)`` per thread on
+    long lists), never ``(n, n)``: SoftNDCG@k of a long list costs ``O(batch n k)``.
     """
 
     @staticmethod
@@ -388,9 +408,9 @@ class BlockedRankBinomial(torch.autograd.Function):
         batch, n = scores.shape
         out = scores.new_empty(batch, n, n_ranks)
         s = scores.detach()
-        for part in _chunks(batch, n):
-            pi, _ = _contests(s[part], mask[part], sigma)
-            out[part] = torch.from_numpy(_kernels().blocked_forward(pi.numpy(), mask[part].numpy(), n_ranks))
+        for q, cols in _column_blocks(batch, n):
+            pi, _, _ = _contest_columns(s[q], mask[q], sigma, cols)
+            out[q, cols] = torch.from_numpy(_kernels().blocked_forward(pi.numpy(), mask[q].numpy(), n_ranks))
         return out.mul_(mask[..., None].to(out.dtype))
 
     @staticmethod
@@ -400,19 +420,21 @@ class BlockedRankBinomial(torch.autograd.Function):
             return None, None, None, None
         sigma = ctx.sigma
         batch, n = scores.shape
-        grad_p = (grad_p * mask[..., None].to(grad_p.dtype)).contiguous()
+        grad_p = grad_p * mask[..., None].to(grad_p.dtype)
         grad = torch.zeros_like(scores)
         s = scores.detach()
         # d pi_ij / d s_i = exp(-x^2) / (2 sigma sqrt(pi)), x = (s_i - s_j) / (2 sigma)
         dens_scale = 1.0 / (2.0 * sigma * math.sqrt(math.pi))
-        for part in _chunks(batch, n):
-            m = mask[part]
-            pi, diff = _contests(s[part], m, sigma)
-            g = torch.from_numpy(_kernels().blocked_backward(pi.numpy(), m.numpy(), grad_p[part].numpy()))
+        for q, cols in _column_blocks(batch, n):
+            m = mask[q]
+            pi, diff, real = _contest_columns(s[q], m, sigma, cols)
+            g = torch.from_numpy(_kernels().blocked_backward(pi.numpy(), m.numpy(),
+                                                             grad_p[q, cols].contiguous().numpy()))
             del pi
             x = diff * (0.5 / sigma)
-            w = torch.where(pair_mask(m), g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
-            grad[part] = w.sum(2) - w.sum(1)
+            w = torch.where(real, g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
+            grad[q] += w.sum(2)
+            grad[q, cols] -= w.sum(1)
         return grad, None, None, None
 
 
@@ -424,12 +446,25 @@ def can_fuse(scores: Tensor, backend: str) -> bool:
 def score_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int,
                              select: Tensor | None = None) -> Tensor:
     """Exact Rank-Binomial distributions from scores on the CPU kernels: :class:`BlockedRankBinomial`
-    for all documents, :class:`FusedRankBinomial` for a ``select``-ed few."""
+    for all documents, :class:`FusedRankBinomial` for a ``select``-ed few (zero rows elsewhere)."""
     mask = mask.to(torch.bool).contiguous()
     n_ranks = min(int(max_rank), max(scores.shape[-1], 1))
     if select is None:
         # All documents: their recursions run side by side (blocked kernels).
         return BlockedRankBinomial.apply(scores.contiguous(), mask, float(sigma), n_ranks)
     # A few selected documents (hybrid): one recursion per selected document, contests in-kernel.
-    select = (select.to(torch.bool) & mask).contiguous()
-    return FusedRankBinomial.apply(scores, mask, select, float(sigma), n_ranks)
+    batch, n = scores.shape
+    rows = score_selected_rank_distributions(scores, sigma=sigma, mask=mask, max_rank=n_ranks, select=select)
+    index = (select.to(torch.bool) & mask).flatten().nonzero(as_tuple=True)[0]
+    out = rows.new_zeros(batch * n, n_ranks).index_copy(0, index, rows)
+    return out.view(batch, n, n_ranks)
+
+
+def score_selected_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int,
+                                      select: Tensor) -> Tensor:
+    """Exact distributions ``(rows, R)`` of the real ``select``-ed documents only, in row-major order
+    of ``select``, on the fused CPU kernel: memory ``O(rows R)`` however long the list."""
+    mask = mask.to(torch.bool).contiguous()
+    n_ranks = min(int(max_rank), max(scores.shape[-1], 1))
+    rows = (select.to(torch.bool) & mask).flatten().nonzero(as_tuple=True)[0].contiguous()
+    return FusedRankBinomial.apply(scores, mask, rows, float(sigma), n_ranks)
