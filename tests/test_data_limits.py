@@ -358,6 +358,9 @@ _OTHER_FORMATS = {
     "zstd": (bytes.fromhex("28b52ffd2019c90000") + _TEXT, "zstd-compressed; only plain and gzip files"),
     "utf16le": (_TEXT.decode().encode("utf-16"), "UTF-16 text; convert it to UTF-8/ASCII"),
     "utf16be": (b"\xfe\xff" + _TEXT.decode().encode("utf-16-be"), "UTF-16 text; convert it to UTF-8/ASCII"),
+    # without a byte order mark (it read as "the label '1\x00' is not a number")
+    "utf16le_nobom": (_TEXT.decode().encode("utf-16-le"), "UTF-16 text; convert it to UTF-8/ASCII"),
+    "utf16be_nobom": (_TEXT.decode().encode("utf-16-be"), "UTF-16 text; convert it to UTF-8/ASCII"),
 }
 
 

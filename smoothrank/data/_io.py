@@ -29,10 +29,14 @@ _BZ2_BLOCK = (b"1AY&SY", b"\x17rE8P\x90")
 
 def sniff_format(head: bytes) -> str | None:
     """The format the first bytes of an input show when it is not plain text: "gzip", "bz2", "xz",
-    "zip", "zstd" or "UTF-16" (by its byte order mark); None for anything else."""
+    "zip", "zstd" or "UTF-16" (by its byte order mark, or without one by a zero byte at every other
+    position: text of ASCII characters in UTF-16, which no LETOR line holds); None for anything else."""
     if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in _BZ2_BLOCK:
         return "bz2"
-    return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
+    kind = next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
+    if kind is None and len(head) >= 2 and (not any(head[1::2]) or not any(head[0::2])):
+        return "UTF-16"
+    return kind
 
 
 def check_readable(head: bytes, where: str, *, gzip_ok: bool = True,
