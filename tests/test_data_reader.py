@@ -180,6 +180,13 @@ BAD_CASES = {
                        "not separate tokens"),
     "em_space_in_qid": ("1 qid:7\u20031:1\n", {}, 1, "contains non-ASCII whitespace (U+2003)"),
     "colon_in_qid": ("1 qid:1 1:1\n0 qid:a:b 1:1\n", {}, 2, "the qid 'a:b' contains ':'"),
+    # the same space elsewhere: the token is named and so is the space
+    "nbsp_after_label": ("2\u00a0qid:1 1:1\n", {}, 1,
+                         "the label '2\\xa0qid:1' (holding a non-breaking space (U+00A0, bytes C2 A0), "
+                         "which does not separate tokens"),
+    "nbsp_between_features": ("1 qid:1 1:1\n0 qid:1 1:0.5\u00a02:1\n", {}, 2,
+                              "got '1:0.5\\xa02:1' (holding a non-breaking space"),
+    "em_space_in_value": ("1 qid:1 1:0.5\u20032:1\n", {}, 1, "(holding non-ASCII whitespace (U+2003)"),
 }
 
 

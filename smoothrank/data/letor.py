@@ -744,18 +744,30 @@ def _qid_text(raw: bytes, source: str, line: int) -> str:
     text = _decode(raw, source, line, "qid")
     if b":" not in raw and raw.isascii():
         return text  # the common case: one scan
-    space = next((c for c in text if c.isspace() and ord(c) > 127), None)
-    if space is not None:
-        name = "a non-breaking space (U+00A0, bytes C2 A0)" if space == "\xa0" else \
-            f"non-ASCII whitespace (U+{ord(space):04X})"
-        why = f"{name}, which does not separate tokens: use an ASCII space or tab"
+    space = _wide_space(text)
+    if space:
+        why = f"{space}, which does not separate tokens: use an ASCII space or tab"
     elif b":" in raw:
         why = "':' (a space missing before a feature?); a qid must not contain ':'"
     else:
         return text
-    raise DataFormatError(f"{source}:{line}: the qid {_show(raw)} contains {why}")
+    raise DataFormatError(f"{source}:{line}: the qid {_show(raw, hint=False)} contains {why}")
 
 
-def _show(raw: bytes) -> str:
+def _wide_space(text: str) -> str:
+    """The name of the first non-ASCII whitespace character in ``text``, or ""."""
+    space = next((c for c in text if c.isspace() and ord(c) > 127), None)
+    if space is None:
+        return ""
+    return ("a non-breaking space (U+00A0, bytes C2 A0)" if space == "\xa0"
+            else f"non-ASCII whitespace (U+{ord(space):04X})")
+
+
+def _show(raw: bytes, *, hint: bool = True) -> str:
+    """``raw`` for an error message; a token run into the next across a non-breaking (or other
+    non-ASCII) space, which does not split tokens, says so (unless ``hint`` is False)."""
     text = raw.decode("utf-8", "replace")
-    return repr(text if len(text) <= 40 else text[:37] + "...")
+    shown = repr(text if len(text) <= 40 else text[:37] + "...")
+    space = _wide_space(text) if hint and not raw.isascii() else ""
+    return f"{shown} (holding {space}, which does not separate tokens: use an ASCII space or tab)" if space \
+        else shown
