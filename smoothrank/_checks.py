@@ -108,6 +108,21 @@ def check_mask(mask: Any, scores: torch.Tensor, *, name: str = "scores") -> torc
     return mask.to(scores.device)
 
 
+def check_scores_mask(scores: Any, mask: Any, *, name: str = "scores") -> torch.Tensor:
+    """The boolean mask of ``scores`` (all True when None) after checking that ``scores`` is a floating
+    (batch, list_size) tensor, finite at its real positions; errors name ``name``."""
+    if not isinstance(scores, torch.Tensor):
+        raise SmoothrankError(f"{name}: expected a torch.Tensor, got {type(scores).__name__}")
+    if scores.dim() != 2:
+        raise SmoothrankError(f"{name}: expected shape (batch, list_size), got {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        raise SmoothrankError(f"{name}: expected a floating dtype, got {scores.dtype}")
+    mask = check_mask(mask, scores, name=name)
+    if not bool(torch.isfinite(scores.detach()[mask]).all()):
+        raise SmoothrankError(f"{name}: NaN or infinite value at a real (unmasked) position")
+    return mask
+
+
 def check_generator(generator: Any) -> torch.Generator | None:
     """A ``torch.Generator``, None, or an int seed (a fresh CPU generator seeded with it)."""
     if generator is None or isinstance(generator, torch.Generator):

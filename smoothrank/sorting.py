@@ -23,7 +23,15 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from smoothrank._checks import check_mask, check_nonnegative, check_positive, check_positive_int, within_dtype
+from smoothrank._checks import (
+    check_generator,
+    check_mask,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_scores_mask,
+    within_dtype,
+)
 from smoothrank._devices import wide_dtype, without_autocast
 from smoothrank.errors import SmoothrankError
 
@@ -51,16 +59,7 @@ _DEVICE_CHECK_EVERY = 5
 
 # --------------------------------------------------------------------------- validation helpers
 def _check_scores_mask(scores: Tensor, mask: Tensor | None, *, name: str = "scores") -> Tensor:
-    if not isinstance(scores, Tensor):
-        raise SmoothrankError(f"{name}: expected a torch.Tensor, got {type(scores).__name__}")
-    if scores.dim() != 2:
-        raise SmoothrankError(f"{name}: expected shape (batch, list_size), got {tuple(scores.shape)}")
-    if not scores.is_floating_point():
-        raise SmoothrankError(f"{name}: expected a floating dtype, got {scores.dtype}")
-    mask = check_mask(mask, scores, name=name)
-    if not bool(torch.isfinite(scores.detach()[mask]).all()):
-        raise SmoothrankError(f"{name}: NaN or infinite value at a real (unmasked) position")
-    return mask
+    return check_scores_mask(scores, mask, name=name)
 
 
 def _check_temperature(temperature: float) -> float:
@@ -218,7 +217,7 @@ def neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: floa
 
 def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: float = 1.0,
                            n_samples: int = 1, beta: float = 1.0,
-                           generator: torch.Generator | None = None) -> Tensor:
+                           generator: torch.Generator | int | None = None) -> Tensor:
     r"""Stochastic NeuralSort: P-hat of Gumbel-perturbed scores (a Plackett-Luce sampler).
 
     Grover et al. (2019) perturb positive Plackett-Luce weights ``w`` as ``beta log w + g`` with
@@ -238,6 +237,7 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
     tau = _check_temperature(temperature)
     n_samples = check_positive_int(n_samples, "n_samples")
     beta = check_positive(beta, "beta")
+    generator = check_generator(generator)
     shape = (n_samples, *scores.shape)
     perturbed = gumbel_perturb(scores, n_samples=n_samples, beta=beta, generator=generator, mask=mask)
     flat_mask = mask.unsqueeze(0).expand(shape).reshape(-1, scores.shape[-1])
@@ -246,7 +246,7 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
 
 
 def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
-                   generator: torch.Generator | None = None, mask: Tensor | None = None) -> Tensor:
+                   generator: torch.Generator | int | None = None, mask: Tensor | None = None) -> Tensor:
     """``beta * scores + g`` with i.i.d. standard Gumbel g, shape (n_samples, *scores.shape).
 
     The noise is drawn on the generator's device (the scores' device without a generator) and moved
@@ -255,7 +255,9 @@ def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
     items) gets the noise drawn at position k: the noise of the real items does not depend on where
     the padding sits, and with the padding at the end of every row it is the noise drawn without a mask.
     """
-    shape = (int(n_samples), *scores.shape)
+    n_samples = check_positive_int(n_samples, "n_samples")
+    generator = check_generator(generator)
+    shape = (n_samples, *scores.shape)
     device = generator.device if generator is not None else scores.device
     u = torch.rand(shape, generator=generator, dtype=scores.dtype, device=device).to(scores.device)
     if mask is not None:

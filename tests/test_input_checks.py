@@ -262,3 +262,73 @@ def test_a_cutoff_beyond_every_list_is_the_whole_list_however_large():
         pytest.approx(metrics.evaluate(s, y, metrics=["map"], convention="trec")["map"].item())
     for name in ("neural_ndcg", "soft_ndcg", "rank_net", "lambda_rank"):
         assert losses.get(name, k=huge)(s, y).item() == losses.get(name)(s, y).item(), name
+
+
+# ----------------------------------------------------------------- an API consistency review
+def test_a_bound_loss_shows_its_own_signature_not_the_loss_options():
+    # functools.wraps showed every option with its unbound default (k=None) on a loss bound with k=10,
+    # and passing one raised TypeError.
+    import inspect
+
+    bound = losses.get("neural_ndcg", k=10)
+    params = inspect.signature(bound).parameters
+    assert list(params) == ["scores", "labels", "mask", "reduction"]
+    assert params["mask"].kind is inspect.Parameter.KEYWORD_ONLY and params["reduction"].default == "mean"
+    assert bound.__name__ == "neural_ndcg" and bound.options == {"k": 10}
+
+
+def test_int_seeds_work_wherever_a_generator_is_taken():
+    # sorting.gumbel_perturb(generator=0) raised AttributeError while the losses took int seeds.
+    s = torch.randn(2, 5, dtype=F64)
+    seeded = sorting.gumbel_perturb(s, n_samples=3, beta=1.0, generator=7)
+    torch.testing.assert_close(seeded, sorting.gumbel_perturb(s, n_samples=3, beta=1.0,
+                                                              generator=torch.Generator().manual_seed(7)))
+    p = sorting.stochastic_neural_sort(s, n_samples=2, generator=7)
+    torch.testing.assert_close(p, sorting.stochastic_neural_sort(s, n_samples=2,
+                                                                 generator=torch.Generator().manual_seed(7)))
+    with pytest.raises(SmoothrankError, match="generator"):
+        sorting.gumbel_perturb(s, n_samples=1, beta=1.0, generator="seed")
+    with pytest.raises(SmoothrankError, match="n_samples"):
+        sorting.gumbel_perturb(s, n_samples=0, beta=1.0)
+
+
+@pytest.mark.parametrize("fn", [softrank.pairwise_probabilities, softrank.expected_ranks, softrank.soft_rank])
+def test_softrank_functions_refuse_bad_scores_by_name(fn):
+    # 1-D input raised IndexError, a list TypeError from torch.finfo, and NaN passed through silently.
+    for bad, message in ((torch.zeros(3), "expected shape"), ([[1.0, 2.0]], "expected a torch.Tensor"),
+                         (torch.tensor([[1.0, math.nan]]), "NaN or infinite"),
+                         (torch.tensor([[1.0, math.inf]]), "NaN or infinite")):
+        with pytest.raises(SmoothrankError, match=rf"^scores: {message}"):
+            fn(bad)
+    padded = torch.tensor([[1.0, math.nan]])  # NaN padding is fine
+    assert torch.isfinite(fn(padded, mask=torch.tensor([[True, False]]))).all()
+
+
+def test_sinkhorn_rank_matrix_takes_mask_as_an_optional_keyword_like_its_siblings():
+    p = softrank.soft_rank(torch.randn(3, 5, dtype=F64), sigma=0.5)
+    torch.testing.assert_close(softrank.sinkhorn_rank_matrix(p),
+                               softrank.sinkhorn_rank_matrix(p, mask=torch.ones(3, 5, dtype=torch.bool)))
+    with pytest.raises(SmoothrankError, match=r"^p: expected a floating tensor"):
+        softrank.sinkhorn_rank_matrix(torch.ones(3, 5))
+
+
+@pytest.mark.parametrize("fn", [metrics.ndcg, metrics.dcg, metrics.average_precision])
+def test_a_metric_dtype_that_is_not_a_torch_dtype_is_named(fn):
+    with pytest.raises(SmoothrankError, match=r"^dtype: expected a floating torch.dtype, got 'float64'"):
+        fn([[1.0, 2.0]], [[0, 1]], dtype="float64")
+
+
+def test_ndcg_reads_negative_labels_that_a_gain_mapping_covers():
+    # The losses took gain={-1: 0, ...} for LETOR's -1 labels, the metrics refused the labels outright.
+    s = torch.tensor([[0.3, 0.2, 0.1, 0.4]], dtype=F64)
+    mapping = {-1: 0, 0: 0, 1: 1, 2: 3}
+    with_junk = torch.tensor([[2.0, -1, 1, -1]], dtype=F64)
+    as_zero = torch.tensor([[2.0, 0, 1, 0]], dtype=F64)
+    for fn in (metrics.ndcg, metrics.dcg):
+        torch.testing.assert_close(fn(s, with_junk, gain=mapping, k=3), fn(s, as_zero, gain=mapping, k=3))
+    value = float(losses.neural_ndcg(s, with_junk, gain=mapping, temperature=1e-4))
+    assert value == pytest.approx(-float(metrics.ndcg(s, with_junk, gain=mapping)), abs=1e-6)
+    with pytest.raises(SmoothrankError, match="mark padding with mask=False"):  # a name: still refused
+        metrics.ndcg(s, with_junk)
+    with pytest.raises(SmoothrankError, match=r"^gain: label -1 has a negative gain"):
+        metrics.ndcg(s, with_junk, gain=lambda y: y)

@@ -92,10 +92,14 @@ def get(name: str, **opts: Any) -> LossFn:
 
         opts["generator"] = torch.Generator().manual_seed(opts["generator"])
 
-    @functools.wraps(fn)
     def bound(scores: Any, labels: Any, *, mask: Any = None, reduction: str = "mean") -> Any:
         return fn(scores, labels, mask=mask, reduction=reduction, **opts)
 
+    signature = inspect.signature(bound)
+    bound = functools.wraps(fn)(bound)
+    # Its own signature, not the loss's (which functools.wraps would show, options and all): the
+    # options are bound, and passing one again is a TypeError.
+    bound.__signature__ = signature  # type: ignore[attr-defined]
     bound.loss_name = name  # type: ignore[attr-defined]
     bound.options = dict(opts)  # type: ignore[attr-defined]
     return bound

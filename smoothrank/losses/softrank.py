@@ -50,6 +50,8 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
         ``sum pi (1 - pi)``, continuity-corrected; section 3.6); or exact for the ``n_exact``
         documents with the best and the ``n_exact`` with the worst expected ranks, normal for the
         rest.
+    n_exact : int >= 0
+        The hybrid's exact documents at each end of the expected ranking (default 10 + 10).
     sinkhorn : bool
         Scale the document-by-rank matrix to doubly stochastic (section 3.2; all ranks are then
         computed, in float64 where the device has it). ``max_iter`` and ``tol`` are passed to

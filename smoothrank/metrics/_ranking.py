@@ -52,8 +52,8 @@ def _to_tensor(x: Any, name: str) -> Tensor:
 
 def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> torch.dtype:
     if dtype is not None:
-        if not dtype.is_floating_point:
-            raise SmoothrankError(f"dtype: expected a floating dtype, got {dtype}")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise SmoothrankError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
         # evaluate's default float64 on a device without it (Apple's MPS): its widest, float32
         return wide_dtype(torch.float32, scores.device) if dtype == torch.float64 else dtype
     # Follow the inputs; float64 wins so that exact inputs are never rounded. Half precision is
@@ -66,14 +66,16 @@ def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> t
     return torch.float32 if candidates[0] in (torch.float16, torch.bfloat16) else candidates[0]
 
 
-def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | None = None) -> Prepared:
+def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | None = None,
+            negative_labels: bool = False) -> Prepared:
     """Check and convert metric inputs.
 
     Raises
     ------
     SmoothrankError
         naming the argument: mismatched shapes, more than 2 dimensions, NaN scores, NaN, infinite
-        or negative labels (on real items), a mask that is not boolean.
+        or (unless ``negative_labels``: a gain mapping or callable that the caller checks) negative
+        labels (on real items), a mask that is not boolean.
     """
     s = _to_tensor(scores, "scores")
     y = _to_tensor(labels, "labels")
@@ -104,7 +106,7 @@ def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | 
     real_labels = y[m]
     if not torch.isfinite(real_labels).all():
         raise SmoothrankError("labels: NaN or infinite label among the real items (mask=True)")
-    if (real_labels < 0).any():
+    if not negative_labels and (real_labels < 0).any():
         raise SmoothrankError(
             f"labels: negative label {real_labels.min().item():g}; relevance labels must be >= 0 "
             "(mark padding with mask=False, never with a sentinel label)")

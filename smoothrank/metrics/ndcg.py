@@ -41,6 +41,10 @@ def _dcg_and_ideal(p: R.Prepared, *, k: int | None, gain: Any, discount: Any, ti
     """Per-query DCG@k, ideal DCG@k and number of real items."""
     n_real = p.mask.sum(dim=-1)
     g = R.real_gains(p.labels, p.mask, gain)
+    if bool((g < 0).any()):
+        label = p.labels[g < 0].min().item()
+        raise R.SmoothrankError(f"gain: label {label:g} has a negative gain; NDCG needs gains >= 0 (map "
+                                "negative labels with a gain mapping, e.g. gain={-1: 0, 0: 0, 1: 1})")
     ranks = R.positions(p.scores)
     try:
         disc = _gains.discount(ranks, discount, list_size=n_real.to(p.scores.dtype).unsqueeze(-1))
@@ -100,7 +104,8 @@ def dcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, gai
         gives a scalar.
     """
     k = _check(k, gain, discount, ties, short, reduction)
-    p = R.prepare(scores, labels, mask, dtype=dtype)
+    # Negative labels (LETOR's -1 "junk") are read when a gain mapping or callable is given for them.
+    p = R.prepare(scores, labels, mask, dtype=dtype, negative_labels=not isinstance(gain, str))
     value, _, n_real = _dcg_and_ideal(p, k=k, gain=gain, discount=discount, ties=ties)
     if short == "zero" and k is not None:
         value = torch.where(n_real < k, torch.zeros_like(value), value)
@@ -127,7 +132,8 @@ def ndcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, ga
     """
     k = _check(k, gain, discount, ties, short, reduction)
     R.check_choice(empty, EMPTY, "empty")
-    p = R.prepare(scores, labels, mask, dtype=dtype)
+    # Negative labels (LETOR's -1 "junk") are read when a gain mapping or callable is given for them.
+    p = R.prepare(scores, labels, mask, dtype=dtype, negative_labels=not isinstance(gain, str))
     value_dcg, ideal, n_real = _dcg_and_ideal(p, k=k, gain=gain, discount=discount, ties=ties)
     is_empty = ideal <= 0
     safe = torch.where(is_empty, torch.ones_like(ideal), ideal)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from smoothrank._checks import check_bool, check_nonnegative, check_positive_int, within_dtype
+from smoothrank._checks import (
+    check_bool,
+    check_nonnegative,
+    check_positive_int,
+    check_scores_mask,
+    within_dtype,
+)
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.normal import (
@@ -31,7 +37,8 @@ def check_n_exact(n_exact: int) -> int:
     return n_exact
 
 
-def sinkhorn_rank_matrix(p: Tensor, mask: Tensor, *, max_iter: int = 30, tol: float = 1e-6) -> Tensor:
+def sinkhorn_rank_matrix(p: Tensor, mask: Tensor | None = None, *, max_iter: int = 30,
+                         tol: float = 1e-6) -> Tensor:
     """Sinkhorn scaling of the ``[p_j(r)]`` matrix to doubly stochastic (SoftRank section 3.2).
 
     Rows are the real documents, columns the real ranks ``0..n_b - 1`` of each query; the scaling
@@ -45,8 +52,11 @@ def sinkhorn_rank_matrix(p: Tensor, mask: Tensor, *, max_iter: int = 30, tol: fl
     """
     from smoothrank.sorting import rank_mask, sinkhorn
 
+    if not isinstance(p, Tensor) or p.dim() != 3 or not p.is_floating_point():
+        raise SmoothrankError("p: expected a floating tensor of shape (batch, n, n)")
     if p.shape[-1] != p.shape[-2]:
         raise SmoothrankError("sinkhorn: needs the full rank distributions (max_rank = n)")
+    mask = default_mask(p[..., 0], mask)
     ranks = rank_mask(mask)
     real = mask.unsqueeze(-1) & ranks.unsqueeze(-2)
     floor = torch.finfo(p.dtype).eps ** 2
@@ -72,8 +82,7 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
     -------
     Tensor, shape (batch, n, R), ``R = min(max_rank, n)``; zero rows for padded items.
     """
-    if not isinstance(scores, Tensor) or scores.dim() != 2 or not scores.is_floating_point():
-        raise SmoothrankError("scores: expected a floating tensor of shape (batch, list_size)")
+    mask = check_scores_mask(scores, mask)  # NaN or inf at a real position is refused, as by the losses
     if scores.dtype in (torch.float16, torch.bfloat16):
         # As the losses do: contests summed over a long list in half precision lose whole ranks
         # (the moments of n = 1500 were 30-50% off); compute in float32, return the scores' dtype.

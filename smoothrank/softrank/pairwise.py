@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from smoothrank._checks import check_mask, check_positive, within_dtype
+from smoothrank._checks import check_mask, check_positive, check_scores_mask, within_dtype
 
 
 def check_sigma(sigma: float) -> float:
@@ -67,8 +67,8 @@ def pairwise_probabilities(scores: Tensor, *, sigma: float = 1.0, mask: Tensor |
         ``Phi((s_i - s_j) / (sigma sqrt 2))`` on real pairs, 0 elsewhere. :func:`normal_cdf`
         saturates cleanly to 0 or 1 on huge gaps, so values and gradients stay finite.
     """
+    mask = check_scores_mask(scores, mask)
     sigma = within_dtype(check_sigma(sigma), scores.dtype, divides=True)
-    mask = default_mask(scores, mask)
     # Padded scores may hold anything (even inf/nan): neutralise them before differencing so
     # that no NaN can leak into the gradient of the real items through torch.where.
     safe = torch.where(mask, scores, torch.zeros_like(scores))
