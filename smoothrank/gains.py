@@ -24,6 +24,9 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+__all__ = ["DISCOUNT_NAMES", "GAIN_NAMES", "DiscountLike", "GainLike", "check_discount", "check_gain",
+           "discount", "gain"]
+
 GainLike = str | Mapping[float, float] | Callable[[Tensor], Tensor]
 DiscountLike = str | Callable[[Tensor], Tensor]
 

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from smoothrank.metrics import evaluate_flat, mean_metrics, ndcg
+from smoothrank.errors import SmoothrankError
+from smoothrank.metrics import evaluate, evaluate_flat, mean_metrics, ndcg, pad_groups
 
 lgb = pytest.importorskip("lightgbm")  # a declared test dependency; importorskip only guards the name
 pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -94,7 +95,8 @@ def test_ties_need_docno_order_for_trec_eval():
     scores, labels, offsets = random_queries(4, ties=True)
     qrels, run, _ = trec_inputs(scores, labels, offsets)
     theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.3"}).evaluate(run)
-    file_order = evaluate_flat(scores, labels, offsets=offsets, convention="trec", metrics="ndcg@3")
+    with pytest.warns(UserWarning, match="no doc_ids were given"):  # and says so
+        file_order = evaluate_flat(scores, labels, offsets=offsets, convention="trec", metrics="ndcg@3")
     diffs = [abs(file_order["ndcg@3"][q].item() - theirs[f"q{q}"]["ndcg_cut_3"])
              for q in range(len(offsets) - 1)]
     assert max(diffs) > 1e-3
@@ -160,3 +162,28 @@ def test_trec_ndcg_and_ndcg_cut_use_their_own_ideal():
     assert ours["ndcg@3"].item() == pytest.approx(theirs["ndcg_cut_3"], abs=1e-12)
     full_ideal = 3 + 2 / np.log2(3) + 1 / 2 + 1 / np.log2(5)
     assert abs(theirs["ndcg_cut_2"] - 1.0 / full_ideal) > 0.02  # DCG@2 / full ideal: the mix-up
+
+
+def test_evaluate_takes_doc_ids_for_trec_ties_as_evaluate_flat_does():
+    # evaluate had no doc_ids: on padded batches with tied scores it could not match trec_eval.
+    scores, labels, offsets = random_queries(4, ties=True)
+    qrels, run, doc_ids = trec_inputs(scores, labels, offsets)
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.3", "map"}).evaluate(run)
+    s_pad, mask = pad_groups(np.asarray(scores), offsets)
+    y_pad, _ = pad_groups(np.asarray(labels), offsets)
+    ids = np.full(tuple(mask.shape), "", dtype=object)
+    for q in range(len(offsets) - 1):
+        ids[q, : offsets[q + 1] - offsets[q]] = doc_ids[offsets[q]:offsets[q + 1]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ids given: no warning
+        ours = evaluate(s_pad, y_pad, mask=mask, convention="trec", metrics="ndcg@3,map", doc_ids=ids)
+    for q in range(len(offsets) - 1):
+        assert ours["ndcg@3"][q].item() == pytest.approx(theirs[f"q{q}"]["ndcg_cut_3"], abs=1e-12)
+        assert ours["map"][q].item() == pytest.approx(theirs[f"q{q}"]["map"], abs=1e-12)
+    with pytest.raises(SmoothrankError, match=r"^doc_ids: shape"):
+        evaluate(s_pad, y_pad, mask=mask, convention="trec", doc_ids=ids[:, :1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no tie among the real items: no warning either
+        evaluate(torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]]),
+                 mask=torch.tensor([[True, True, False]]), convention="trec")
+        evaluate(torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 0.0]]), convention="letor4")  # not trec

@@ -76,7 +76,11 @@ def get(name: str, **opts: Any) -> LossFn:
     """Loss ``name`` with ``opts`` bound: ``callable(scores, labels, *, mask=None, reduction="mean")``.
 
     Unknown option names raise :class:`smoothrank.errors.ConfigError` naming them; option values
-    are checked by the loss itself when called.
+    are checked by the loss itself when called. Two config forms are read here (not by the loss
+    functions themselves): ``discount={"shallow": ALPHA, "n": N}`` (:func:`resolve_config_forms`),
+    and an int ``generator``, which becomes one generator for the life of the bound loss, so that
+    successive calls draw different but reproducible noise (the function called with the same int
+    seed draws the same noise on every call).
     """
     fn = _lookup(name)
     known = options(name)

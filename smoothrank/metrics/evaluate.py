@@ -8,6 +8,7 @@ Metric names (case-insensitive): ``ndcg@k``, ``ndcg`` (whole list), ``dcg@k``, `
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -78,7 +79,7 @@ def _metric_list(metrics: str | Iterable[str]) -> list[str]:
 
 
 def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Iterable[str] = ("ndcg@10", "map"),
-             convention: str | Convention = "letor4", dtype: torch.dtype = torch.float64
+             convention: str | Convention = "letor4", doc_ids: Any = None, dtype: torch.dtype = torch.float64
              ) -> dict[str, Tensor]:
     """Per-query values of several metrics under one convention.
 
@@ -87,6 +88,10 @@ def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Itera
     scores, labels, mask : as in :func:`smoothrank.metrics.ndcg` (1-D = one query)
     metrics : names such as ``"ndcg@5"``, ``"p@3"``, ``"map"``, ``"mrr"`` (or a comma-separated str)
     convention : ``"letor4"``, ``"lightgbm"``, ``"trec"`` or a :class:`Convention`
+    doc_ids : array-like of str, the shape of ``scores``, optional
+        Document ids. A convention with ``docno_ties`` (``"trec"``) orders tied scores by
+        descending id, as trec_eval does; without ids it keeps the input order and warns
+        (``UserWarning``) when real scores tie, since trec_eval's values may then differ.
     dtype : computation dtype, float64 by default (exact)
 
     Returns
@@ -96,6 +101,48 @@ def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Itera
         skips the query. Average with :func:`mean_metrics`.
     """
     conv = get_convention(convention)
+    if conv.docno_ties:
+        scores, labels, mask = _docno_tie_order(scores, labels, mask, doc_ids, conv.name)
+    return _evaluate(scores, labels, mask, metrics, conv, dtype)
+
+
+def _docno_tie_order(scores: Any, labels: Any, mask: Any, doc_ids: Any, name: str) -> tuple[Any, Any, Any]:
+    """``scores, labels, mask`` with each row's items put in descending ``doc_ids`` order (unchanged,
+    with a warning if real scores tie, when there are no ids)."""
+    s = _to_tensor(scores, "scores")
+    m = None if mask is None else _to_tensor(mask, "mask")
+    if doc_ids is None:
+        if s.dim() in (1, 2) and s.numel() and (m is None or m.shape == s.shape) and _real_scores_tie(s, m):
+            warnings.warn(f"evaluate: convention {name!r} breaks ties in scores by document id, and no "
+                          "doc_ids were given: tied scores keep the input order, so values may differ "
+                          "from trec_eval's (pass doc_ids=)", UserWarning, stacklevel=3)
+        return scores, labels, mask
+    ids = np.asarray(doc_ids, dtype=str)
+    if ids.shape != tuple(s.shape):
+        raise SmoothrankError(f"doc_ids: shape {ids.shape} does not match scores {tuple(s.shape)}")
+    _, rank = np.unique(ids, return_inverse=True)
+    order = torch.from_numpy(np.argsort(-rank.reshape(ids.shape), axis=-1, kind="stable"))
+    y = _to_tensor(labels, "labels")
+    if y.shape != s.shape:
+        return scores, labels, mask  # refused by the metrics, naming the argument
+    m = torch.ones(s.shape, dtype=torch.bool) if m is None else m
+    if m.shape != s.shape:
+        return scores, labels, mask
+    return (s.gather(-1, order.to(s.device)), y.gather(-1, order.to(y.device)),
+            m.gather(-1, order.to(m.device)))
+
+
+def _real_scores_tie(s: Tensor, mask: Tensor | None) -> bool:
+    """Whether two real items of a row have equal scores."""
+    rows = s.reshape(-1, s.shape[-1]).double()
+    if mask is not None:
+        rows = torch.where(mask.reshape(rows.shape).to(torch.bool), rows, torch.nan)
+    ordered = rows.sort(dim=-1).values  # NaN (padding) last, never equal to anything
+    return bool((ordered[:, 1:] == ordered[:, :-1]).any())
+
+
+def _evaluate(scores: Any, labels: Any, mask: Any, metrics: str | Iterable[str], conv: Convention,
+              dtype: torch.dtype) -> dict[str, Tensor]:
     names = _metric_list(metrics)
     parsed = [parse_metric(n) for n in names]
     common = {"mask": mask, "reduction": "none", "dtype": dtype}
@@ -189,4 +236,6 @@ def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iter
         s, y = s[perm], y[perm]
     s_pad, mask = pad_groups(s, offsets)
     y_pad, _ = pad_groups(y, offsets)
-    return evaluate(s_pad, y_pad, mask=mask, metrics=metrics, convention=conv, dtype=dtype)
+    if conv.docno_ties and doc_ids is None:  # warns if real scores tie
+        return evaluate(s_pad, y_pad, mask=mask, metrics=metrics, convention=conv, dtype=dtype)
+    return _evaluate(s_pad, y_pad, mask, metrics, conv, dtype)
