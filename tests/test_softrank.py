@@ -220,8 +220,6 @@ def test_blocked_kernel_on_column_blocks_of_a_long_list(dtype: torch.dtype, max_
     """A long list's contests are formed a block of its documents' columns at a time, never (n, n):
     the distributions are bit-identical to whole queries (each column's recursion is the same) and
     the gradient equal to rounding (its sums over the columns are split)."""
-    import numba
-
     from smoothrank.softrank import _numba, rank_binomial
 
     n = _numba.BLOCK + 37
@@ -229,29 +227,57 @@ def test_blocked_kernel_on_column_blocks_of_a_long_list(dtype: torch.dtype, max_
     scores = (torch.randn(3, n, generator=g, dtype=dtype) * 2).requires_grad_()
     mask = torch.rand(3, n, generator=g) > 0.2
     weights = torch.randn(3, n, n if max_rank is None else max_rank, generator=g, dtype=dtype)
-    threads = numba.get_num_threads()
     out, grads = [], []
-    try:
-        for chunk in (rank_binomial.CHUNK_ENTRIES, 1):  # whole queries, then columns of one SIMD block
-            monkeypatch.setattr(rank_binomial, "CHUNK_ENTRIES", chunk)
-            numba.set_num_threads(1)
-            blocks = rank_binomial._column_blocks(3, n)
-            assert len(blocks) == (1 if chunk > 1 else 6)  # 64 + 37 columns per query
-            p = soft_rank(scores, sigma=0.7, mask=mask, max_rank=max_rank, backend="numba")
-            (grad,) = torch.autograd.grad((p * weights).sum(), scores)
-            out.append(p.detach())
-            grads.append(grad)
-    finally:
-        numba.set_num_threads(threads)
+    for chunk in (rank_binomial.CHUNK_ENTRIES, 1):  # whole queries, then columns of one SIMD block
+        monkeypatch.setattr(rank_binomial, "CHUNK_ENTRIES", chunk)
+        monkeypatch.setattr(rank_binomial, "COLUMN_TASKS", 1)
+        assert len(rank_binomial._column_blocks(3, n)) == (1 if chunk > 1 else 6)  # 64 + 37 columns a query
+        p = soft_rank(scores, sigma=0.7, mask=mask, max_rank=max_rank, backend="numba")
+        (grad,) = torch.autograd.grad((p * weights).sum(), scores)
+        out.append(p.detach())
+        grads.append(grad)
     torch.testing.assert_close(out[1], out[0], rtol=0, atol=0)
     tol = 1e-5 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(grads[1], grads[0], rtol=tol, atol=tol)
 
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+@pytest.mark.parametrize("method", ["exact", "hybrid"])
+def test_kernels_give_the_same_bits_on_any_number_of_threads(method: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column blocks of a long list and the hybrid's chunks of documents are fixed, not sized by the
+    thread count: distributions and gradients are bit-identical on 1 and 2 threads (the first
+    version's column width grew with the threads, and the gradient's float32 sums with it)."""
+    import numba
+
+    from smoothrank.softrank import _numba, rank_binomial
+
+    monkeypatch.setattr(rank_binomial, "CHUNK_ENTRIES", 1)  # every list "long": column blocks
+    monkeypatch.setattr(rank_binomial, "COLUMN_TASKS", 1)
+    monkeypatch.setattr(_numba, "FUSED_CHUNKS", 5)  # several chunks of documents, queries shared
+    g = torch.Generator().manual_seed(31)
+    scores = torch.randn(4, 3 * _numba.BLOCK + 9, generator=g)
+    mask = torch.rand(scores.shape, generator=g) > 0.1
+    weights = torch.randn(*scores.shape, 10, generator=g)
+    threads, results = numba.get_num_threads(), []
+    try:
+        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(count)
+            x = scores.clone().requires_grad_()
+            p = soft_rank(x, sigma=0.8, mask=mask, max_rank=10, method=method, n_exact=3)
+            (grad,) = torch.autograd.grad((p * weights).sum(), x)
+            results.append((p.detach(), grad))
+    finally:
+        numba.set_num_threads(threads)
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("n", [1, 2, 40, 49])  # sqrt(n) segments: 7 of 6 (the last partial), 7 of 7
+@pytest.mark.parametrize("n", [1, 2, 40, 49])  # segments of ceil(sqrt(n)) steps, the last one partial
+@pytest.mark.parametrize("max_rank", [None, 3])  # R >= every, and R < every (checkpoints clipped to R)
 def test_hybrid_backward_from_checkpoints_equals_keeping_every_state(n: int, dtype: torch.dtype,
+                                                                     max_rank: int | None,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-document kernel's backward keeps the states of a long recursion only every sqrt(n)
     steps and regenerates each segment: the gradient is bit-identical to keeping them all."""
@@ -261,16 +287,16 @@ def test_hybrid_backward_from_checkpoints_equals_keeping_every_state(n: int, dty
     scores = torch.randn(2, n, generator=g, dtype=dtype) * 1.5
     mask = torch.rand(2, n, generator=g) > 0.2
     mask[:, 0] = True
-    weights = torch.randn(2, n, n, generator=g, dtype=dtype)
+    weights = torch.randn(2, n, n if max_rank is None else min(max_rank, n), generator=g, dtype=dtype)
     grads = []
     for states in (_numba.FUSED_STATES, 1):  # all states kept; checkpoints
         monkeypatch.setattr(_numba, "FUSED_STATES", states)
         x = scores.clone().requires_grad_()
-        p = soft_rank(x, sigma=0.8, mask=mask, method="hybrid", n_exact=3)
+        p = soft_rank(x, sigma=0.8, mask=mask, method="hybrid", n_exact=3, max_rank=max_rank)
         (grad,) = torch.autograd.grad((p * weights).sum(), x)
         grads.append(grad)
     assert torch.equal(grads[0], grads[1])
-    if dtype == torch.float64 and n == 40:
+    if dtype == torch.float64 and n == 40 and max_rank is None:
         x = scores[:1, :12].clone().requires_grad_()
         torch.autograd.gradcheck(lambda s: soft_rank(s, sigma=0.8, method="hybrid", n_exact=2), (x,))
 

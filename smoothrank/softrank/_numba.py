@@ -18,6 +18,7 @@ import numpy as np
 
 _CHUNKS_PER_THREAD = 8
 FUSED_STATES = 1 << 18  # states (n x R entries) of one recursion that the fused backward keeps whole
+FUSED_CHUNKS = 64  # chunks of the fused backward's documents: parallel tasks, fixed for reproducibility
 
 
 def _n_chunks(total: int) -> int:
@@ -137,8 +138,10 @@ def backward(pi_t: np.ndarray, mask: np.ndarray, select: np.ndarray, grad_out: n
 # The contests are computed inside the kernels from the scores, pi_ij = Phi((s_i - s_j) / (sigma
 # sqrt 2)) = erfc((s_j - s_i) / (2 sigma)) / 2, and the backward pass turns dL/dpi_ij straight into
 # dL/ds_i += g phi_ij, dL/ds_j -= g phi_ij with phi_ij = N(0 | s_i - s_j, 2 sigma^2) (eq. 20).
-# No (batch, n, n) array exists at any point; each chunk accumulates its score gradients in its
-# own row of `gacc` (no write races between threads), summed afterwards.
+# No (batch, n, n) array exists at any point. Each chunk of selected documents accumulates its score
+# gradients in its own rows of `gacc`, one row per query it touches (no write races between threads;
+# O(batch + chunks) rows in all), added up afterwards. The chunks are fixed (FUSED_CHUNKS of them,
+# whatever the thread count), so the gradient is the same to the bit on any number of threads.
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -175,12 +178,12 @@ def _fused_forward(scores, mask, rows, half_inv_sigma, out, one, n_chunks):  # p
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _fused_backward(scores, mask, rows, half_inv_sigma, grad_out, gacc, one, n_chunks,
+def _fused_backward(scores, mask, rows, half_inv_sigma, grad_out, gacc, first, base, one, per_chunk,
                     every):  # pragma: no cover - compiled
     n = scores.shape[1]
     n_ranks = grad_out.shape[1]
     total = rows.shape[0]
-    per_chunk = (total + n_chunks - 1) // n_chunks
+    n_chunks = first.shape[0]
     # d pi / d s_i = exp(-x^2) / (2 sigma sqrt(pi)) with x = (s_i - s_j) / (2 sigma)
     dens_scale = half_inv_sigma / math.sqrt(math.pi)
     n_ck = (n + every - 1) // every + 1
@@ -194,7 +197,8 @@ def _fused_backward(scores, mask, rows, half_inv_sigma, grad_out, gacc, one, n_c
         adj = np.empty(n_ranks, dtype=grad_out.dtype)
         idx = np.empty(n, dtype=np.int64)
         pis = np.empty(n, dtype=grad_out.dtype)
-        acc_row = gacc[chunk]
+        acc_row = gacc[base[chunk]:base[chunk + 1]]  # row b - first[chunk] for query b
+        q0 = first[chunk]
         for t in range(chunk * per_chunk, min(total, (chunk + 1) * per_chunk)):
             b = rows[t] // n
             j = rows[t] % n
@@ -240,14 +244,14 @@ def _fused_backward(scores, mask, rows, half_inv_sigma, grad_out, gacc, one, n_c
                 i = idx[s]
                 x = (scores[b, i] - sj) * half_inv_sigma
                 g = np.float64(acc) * dens_scale * math.exp(-x * x)
-                acc_row[b, i] += g
+                acc_row[b - q0, i] += g
                 grad_j -= g
                 last = min(top, n_ranks - 2)
                 for r in range(last + 1):
                     adj[r] = adj[r] * q + adj[r + 1] * p
                 if top == n_ranks - 1:
                     adj[top] = adj[top] * q
-            acc_row[b, j] += grad_j
+            acc_row[b - q0, j] += grad_j
 
 
 def fused_forward(scores: np.ndarray, mask: np.ndarray, rows: np.ndarray, sigma: float,
@@ -263,13 +267,24 @@ def fused_backward(scores: np.ndarray, mask: np.ndarray, rows: np.ndarray, sigma
                    grad_out: np.ndarray) -> np.ndarray:
     """Gradient with respect to the scores of ``sum(grad_out * fused_forward(...))`` (float64)."""
     batch, n = scores.shape
-    chunks = _n_chunks(rows.shape[0])
-    gacc = np.zeros((chunks, batch, n), dtype=np.float64)
+    total = rows.shape[0]
+    grad = np.zeros((batch, n), dtype=np.float64)
+    if total == 0:
+        return grad
+    per = -(-total // min(total, FUSED_CHUNKS))
+    starts = np.arange(0, total, per)
+    query = rows // n
+    first = query[starts]
+    sizes = query[np.minimum(starts + per, total) - 1] - first + 1  # queries a chunk touches
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    gacc = np.zeros((int(base[-1]), n), dtype=np.float64)
     # One segment (all states kept, no recomputation) while they are small; sqrt(n) checkpoints on
     # long lists, where the n x R states of SoftNDCG over all ranks were 400 MB per thread at n = 10^4.
     every = max(n, 1) if n * grad_out.shape[1] <= FUSED_STATES else max(1, math.ceil(math.sqrt(n)))
-    _fused_backward(scores, mask, rows, 0.5 / sigma, grad_out, gacc, scores.dtype.type(1), chunks, every)
-    return gacc.sum(axis=0)
+    _fused_backward(scores, mask, rows, 0.5 / sigma, grad_out, gacc, first.astype(np.int64), base,
+                    scores.dtype.type(1), per, every)
+    np.add.at(grad, np.concatenate([np.arange(f, f + k) for f, k in zip(first, sizes, strict=True)]), gacc)
+    return grad
 
 
 # ------------------------------------------------------------------ blocked: documents in SIMD lanes

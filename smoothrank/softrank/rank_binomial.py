@@ -361,20 +361,22 @@ class FusedRankBinomial(torch.autograd.Function):
 # temporaries never grow with the batch or with n^2 and stay small enough that the allocator hands
 # them back.
 CHUNK_ENTRIES = 1 << 19
+# SIMD blocks of 64 documents per kernel call on a long list at least: parallel tasks for up to 8
+# threads (a 512-column block of a list of n = 10^4 is 5M entries, 20 MB in float32).
+COLUMN_TASKS = 8
 
 
 def _column_blocks(batch: int, n: int) -> list[tuple[slice, slice]]:
     """(queries, documents) slices: a few whole queries while ``n^2 <= CHUNK_ENTRIES``, else one
     query's documents in column blocks of about ``CHUNK_ENTRIES / n``, a multiple of the kernels'
-    SIMD block and at least one SIMD block per thread (the kernels parallelise over SIMD blocks)."""
+    SIMD block and at least ``COLUMN_TASKS`` of them (the kernels parallelise over SIMD blocks).
+    The blocks do not depend on the thread count, so neither does the gradient's summation order."""
     if n * n <= CHUNK_ENTRIES:
         per = max(1, CHUNK_ENTRIES // max(n * n, 1))
         return [(slice(lo, lo + per), slice(None)) for lo in range(0, batch, per)]
-    import numba
-
     from smoothrank.softrank._numba import BLOCK
 
-    width = max(BLOCK * numba.get_num_threads(), CHUNK_ENTRIES // n // BLOCK * BLOCK)
+    width = max(BLOCK * COLUMN_TASKS, CHUNK_ENTRIES // n // BLOCK * BLOCK)
     return [(slice(q, q + 1), slice(lo, lo + width)) for q in range(batch) for lo in range(0, n, width)]
 
 
@@ -397,8 +399,9 @@ class BlockedRankBinomial(torch.autograd.Function):
     them; the backward recomputes them, gets ``dL/dpi`` from the adjoint kernel and turns it into
     the score gradient with eq. 20:
     ``dL/ds_k = sum_j G_kj phi_kj - sum_i G_ik phi_ik``, ``phi_ij = N(s_i - s_j | 0, 2 sigma^2)``.
-    Memory beyond ``p`` is a few tensors of about ``CHUNK_ENTRIES`` entries (``O(n)`` per thread on
-    long lists), never ``(n, n)``: SoftNDCG@k of a long list costs ``O(batch n k)``.
+    Memory beyond ``p`` is a few tensors of at most ``max(CHUNK_ENTRIES, 64 COLUMN_TASKS n)``
+    entries: a list with ``n^2 > CHUNK_ENTRIES`` never has its (n, n) matrix formed, and SoftNDCG@k
+    of a long list costs ``O(batch n k)``.
     """
 
     @staticmethod
@@ -431,8 +434,10 @@ class BlockedRankBinomial(torch.autograd.Function):
             g = torch.from_numpy(_kernels().blocked_backward(pi.numpy(), m.numpy(),
                                                              grad_p[q, cols].contiguous().numpy()))
             del pi
-            x = diff * (0.5 / sigma)
-            w = torch.where(real, g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))
+            # w = G phi on the real pairs, in place on the block's own temporaries (a long list's
+            # blocks are millions of entries: each extra copy was tens of MB)
+            w = diff.mul_(0.5 / sigma).square_().neg_().exp_().mul_(g).mul_(dens_scale)
+            w.masked_fill_(~real, 0.0)
             grad[q] += w.sum(2)
             grad[q, cols] -= w.sum(1)
         return grad, None, None, None
