@@ -332,3 +332,12 @@ def test_ndcg_reads_negative_labels_that_a_gain_mapping_covers():
         metrics.ndcg(s, with_junk)
     with pytest.raises(SmoothrankError, match=r"^gain: label -1 has a negative gain"):
         metrics.ndcg(s, with_junk, gain=lambda y: y)
+
+
+def test_metrics_take_an_integral_float_cutoff_as_the_losses_do():
+    s, y = torch.tensor([[0.3, 0.2, 0.1, 0.4]], dtype=F64), torch.tensor([[2.0, 0, 1, 1]], dtype=F64)
+    for fn in (metrics.ndcg, metrics.dcg, metrics.precision, metrics.average_precision):
+        torch.testing.assert_close(fn(s, y, k=3.0), fn(s, y, k=3))
+        with pytest.raises(SmoothrankError, match=r"^k: expected a positive integer or None, got 2\.5"):
+            fn(s, y, k=2.5)
+    assert float(losses.lambda_rank(s, y, k=3.0)) == float(losses.lambda_rank(s, y, k=3))

@@ -120,6 +120,8 @@ def check_k(k: Any, *, argument: str = "k") -> int | None:
     """Return ``k`` (``None`` = whole list) or raise naming ``argument`` unless it is an int >= 1."""
     if k is None:
         return None
+    if isinstance(k, float) and k.is_integer():  # 3.0 is 3, as for the losses' k
+        k = int(k)
     if isinstance(k, bool) or not isinstance(k, int | np.integer):
         raise SmoothrankError(f"{argument}: expected a positive integer or None, got {k!r}")
     if k <= 0:
