@@ -127,6 +127,6 @@ def check_generator(generator: Any) -> torch.Generator | None:
     """A ``torch.Generator``, None, or an int seed (a fresh CPU generator seeded with it)."""
     if generator is None or isinstance(generator, torch.Generator):
         return generator
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        return torch.Generator().manual_seed(generator)
+    if isinstance(generator, int | np.integer) and not isinstance(generator, bool):
+        return torch.Generator().manual_seed(int(generator))
     raise SmoothrankError(f"generator: expected a torch.Generator, an int seed or None, got {generator!r}")

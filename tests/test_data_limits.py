@@ -380,6 +380,18 @@ def test_compressed_and_utf16_inputs_are_named_not_read_as_a_bad_label(tmp_path,
         load_letor(labels, query_file=path, cache=False)
 
 
+def test_short_plain_files_are_not_taken_for_utf16(tmp_path):
+    # BOM-less UTF-16 is told by a zero byte at every other position: an empty file or one byte has
+    # none to show and is read as text (and refused for what it is).
+    with pytest.raises(DataFormatError, match="no data lines"):
+        load_letor(_write(tmp_path, b"", "empty.txt"), cache=False)
+    with pytest.raises(DataFormatError, match=r"one\.txt:1: .*qid"):
+        load_letor(_write(tmp_path, b"1", "one.txt"), cache=False)
+    nobom = _write(tmp_path, gzip.compress(_TEXT.decode().encode("utf-16-le")), "u16le.txt.gz")
+    with pytest.raises(DataFormatError, match=r"u16le\.txt\.gz \(decompressed\): UTF-16 text"):
+        load_letor(nobom, cache=False)
+
+
 def test_the_same_formats_inside_gzip_and_text_that_only_looks_alike(tmp_path):
     utf16 = _write(tmp_path, gzip.compress(_OTHER_FORMATS["utf16le"][0]), "u16.txt.gz")
     with pytest.raises(DataFormatError, match=r"u16\.txt\.gz \(decompressed\): UTF-16 text"):

@@ -275,6 +275,9 @@ def test_a_bound_loss_shows_its_own_signature_not_the_loss_options():
     assert list(params) == ["scores", "labels", "mask", "reduction"]
     assert params["mask"].kind is inspect.Parameter.KEYWORD_ONLY and params["reduction"].default == "mean"
     assert bound.__name__ == "neural_ndcg" and bound.options == {"k": 10}
+    import typing
+
+    assert set(typing.get_type_hints(bound)) == {"scores", "labels", "mask", "reduction", "return"}
 
 
 def test_int_seeds_work_wherever_a_generator_is_taken():
@@ -286,6 +289,8 @@ def test_int_seeds_work_wherever_a_generator_is_taken():
     p = sorting.stochastic_neural_sort(s, n_samples=2, generator=7)
     torch.testing.assert_close(p, sorting.stochastic_neural_sort(s, n_samples=2,
                                                                  generator=torch.Generator().manual_seed(7)))
+    numpy_seed = sorting.gumbel_perturb(s, n_samples=3, beta=1.0, generator=np.int64(7))
+    torch.testing.assert_close(numpy_seed, seeded)
     with pytest.raises(SmoothrankError, match="generator"):
         sorting.gumbel_perturb(s, n_samples=1, beta=1.0, generator="seed")
     with pytest.raises(SmoothrankError, match="n_samples"):
@@ -332,6 +337,11 @@ def test_ndcg_reads_negative_labels_that_a_gain_mapping_covers():
         metrics.ndcg(s, with_junk)
     with pytest.raises(SmoothrankError, match=r"^gain: label -1 has a negative gain"):
         metrics.ndcg(s, with_junk, gain=lambda y: y)
+    with pytest.raises(SmoothrankError, match="mark padding with mask=False"):
+        metrics.dcg(s, with_junk, gain="linear")
+    # a mapping that gives labels >= 0 negative gains is read as before (DCG of those gains)
+    value = metrics.dcg(s, torch.tensor([[0.0, 2, 0, 1]], dtype=F64), gain={0: -1, 1: 0, 2: 1})
+    assert float(value) < 0
 
 
 def test_metrics_take_an_integral_float_cutoff_as_the_losses_do():

@@ -187,3 +187,28 @@ def test_evaluate_takes_doc_ids_for_trec_ties_as_evaluate_flat_does():
         evaluate(torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]]),
                  mask=torch.tensor([[True, True, False]]), convention="trec")
         evaluate(torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 0.0]]), convention="letor4")  # not trec
+
+
+def test_doc_ids_move_the_mask_with_the_scores_and_only_real_ties_warn():
+    # Padding in the middle of a row, with an id that sorts first: the mask must travel with it.
+    s = torch.tensor([[1.0, 9.0, 1.0, 0.5]], dtype=torch.float64)
+    y = torch.tensor([[0.0, 0.0, 2.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, True, True]])
+    ids = np.array([["d1", "zzz", "d3", "d0"]])
+    got = evaluate(s, y, mask=mask, convention="trec", metrics="ndcg@1,map", doc_ids=ids)
+    want = evaluate_flat([1.0, 1.0, 0.5], [0.0, 2.0, 1.0], offsets=[0, 3], convention="trec",
+                         metrics="ndcg@1,map", doc_ids=["d1", "d3", "d0"])
+    assert got["ndcg@1"].item() == want["ndcg@1"].item() == 1.0  # d3 (relevant) before d1 in the tie
+    assert got["map"].item() == pytest.approx(want["map"].item(), abs=1e-15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a real score tied with a padded one is no tie
+        evaluate(torch.tensor([[1.0, 1.0, 2.0]]), torch.tensor([[1.0, 0.0, 0.0]]),
+                 mask=torch.tensor([[True, False, True]]), convention="trec")
+    with pytest.warns(UserWarning, match="no doc_ids were given") as record:  # 1-D: one query
+        evaluate(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0]), convention="trec")
+    assert record[0].filename == __file__  # reported at the caller, not inside the library
+    with pytest.warns(UserWarning, match="no doc_ids were given") as record:
+        evaluate_flat([1.0, 1.0], [1.0, 0.0], offsets=[0, 2], convention="trec")
+    assert record[0].filename == __file__
+    with pytest.raises(SmoothrankError, match=r"^doc_ids: expected an array"):
+        evaluate(s, y, mask=mask, convention="trec", doc_ids=[["a", "b"], ["c"]])

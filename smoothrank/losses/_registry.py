@@ -96,14 +96,16 @@ def get(name: str, **opts: Any) -> LossFn:
 
         opts["generator"] = torch.Generator().manual_seed(opts["generator"])
 
-    def bound(scores: Any, labels: Any, *, mask: Any = None, reduction: str = "mean") -> Any:
+    def bound(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,
+              reduction: str = "mean") -> Tensor:
         return fn(scores, labels, mask=mask, reduction=reduction, **opts)
 
-    signature = inspect.signature(bound)
+    signature, annotations = inspect.signature(bound), dict(bound.__annotations__)
     bound = functools.wraps(fn)(bound)
-    # Its own signature, not the loss's (which functools.wraps would show, options and all): the
-    # options are bound, and passing one again is a TypeError.
+    # Its own signature and annotations, not the loss's (which functools.wraps would show, options
+    # and all): the options are bound, and passing one again is a TypeError.
     bound.__signature__ = signature  # type: ignore[attr-defined]
+    bound.__annotations__ = annotations
     bound.loss_name = name  # type: ignore[attr-defined]
     bound.options = dict(opts)  # type: ignore[attr-defined]
     return bound

@@ -101,23 +101,32 @@ def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Itera
         skips the query. Average with :func:`mean_metrics`.
     """
     conv = get_convention(convention)
-    if conv.docno_ties:
-        scores, labels, mask = _docno_tie_order(scores, labels, mask, doc_ids, conv.name)
+    if conv.docno_ties and doc_ids is None:
+        _warn_if_ties(scores, mask, conv.name, stacklevel=2)
+    elif conv.docno_ties:
+        scores, labels, mask = _docno_tie_order(scores, labels, mask, doc_ids)
     return _evaluate(scores, labels, mask, metrics, conv, dtype)
 
 
-def _docno_tie_order(scores: Any, labels: Any, mask: Any, doc_ids: Any, name: str) -> tuple[Any, Any, Any]:
-    """``scores, labels, mask`` with each row's items put in descending ``doc_ids`` order (unchanged,
-    with a warning if real scores tie, when there are no ids)."""
+def _warn_if_ties(scores: Any, mask: Any, name: str, *, stacklevel: int) -> None:
+    """Warn when real scores tie and no ids can order them, reported ``stacklevel`` frames above the
+    caller (2: the caller's caller, the user of ``evaluate``)."""
     s = _to_tensor(scores, "scores")
     m = None if mask is None else _to_tensor(mask, "mask")
-    if doc_ids is None:
-        if s.dim() in (1, 2) and s.numel() and (m is None or m.shape == s.shape) and _real_scores_tie(s, m):
-            warnings.warn(f"evaluate: convention {name!r} breaks ties in scores by document id, and no "
-                          "doc_ids were given: tied scores keep the input order, so values may differ "
-                          "from trec_eval's (pass doc_ids=)", UserWarning, stacklevel=3)
-        return scores, labels, mask
-    ids = np.asarray(doc_ids, dtype=str)
+    if s.dim() in (1, 2) and s.numel() and (m is None or m.shape == s.shape) and _real_scores_tie(s, m):
+        warnings.warn(f"evaluate: convention {name!r} breaks ties in scores by document id, and no "
+                      "doc_ids were given: tied scores keep the input order, so values may differ "
+                      "from trec_eval's (pass doc_ids=)", UserWarning, stacklevel=stacklevel + 1)
+
+
+def _docno_tie_order(scores: Any, labels: Any, mask: Any, doc_ids: Any) -> tuple[Any, Any, Any]:
+    """``scores, labels, mask`` with each row's items put in descending ``doc_ids`` order."""
+    s = _to_tensor(scores, "scores")
+    m = None if mask is None else _to_tensor(mask, "mask")
+    try:
+        ids = np.asarray(doc_ids, dtype=str)
+    except ValueError:
+        raise SmoothrankError("doc_ids: expected an array of ids of the scores' shape") from None
     if ids.shape != tuple(s.shape):
         raise SmoothrankError(f"doc_ids: shape {ids.shape} does not match scores {tuple(s.shape)}")
     _, rank = np.unique(ids, return_inverse=True)
@@ -236,6 +245,6 @@ def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iter
         s, y = s[perm], y[perm]
     s_pad, mask = pad_groups(s, offsets)
     y_pad, _ = pad_groups(y, offsets)
-    if conv.docno_ties and doc_ids is None:  # warns if real scores tie
-        return evaluate(s_pad, y_pad, mask=mask, metrics=metrics, convention=conv, dtype=dtype)
+    if conv.docno_ties and doc_ids is None:
+        _warn_if_ties(s_pad, mask, conv.name, stacklevel=2)
     return _evaluate(s_pad, y_pad, mask, metrics, conv, dtype)

@@ -41,10 +41,11 @@ def _dcg_and_ideal(p: R.Prepared, *, k: int | None, gain: Any, discount: Any, ti
     """Per-query DCG@k, ideal DCG@k and number of real items."""
     n_real = p.mask.sum(dim=-1)
     g = R.real_gains(p.labels, p.mask, gain)
-    if bool((g < 0).any()):
-        label = p.labels[g < 0].min().item()
-        raise R.SmoothrankError(f"gain: label {label:g} has a negative gain; NDCG needs gains >= 0 (map "
-                                "negative labels with a gain mapping, e.g. gain={-1: 0, 0: 0, 1: 1})")
+    negative = (g < 0) & (p.labels < 0)
+    if bool(negative.any()):
+        label = p.labels[negative].min().item()
+        raise R.SmoothrankError(f"gain: label {label:g} has a negative gain; a negative label is read only "
+                                "when the gain maps it to a gain >= 0, e.g. gain={-1: 0, 0: 0, 1: 1}")
     ranks = R.positions(p.scores)
     try:
         disc = _gains.discount(ranks, discount, list_size=n_real.to(p.scores.dtype).unsqueeze(-1))

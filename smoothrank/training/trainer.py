@@ -217,15 +217,22 @@ def predict_scores(model: nn.Module | RankingModel, dataset: Any, *, batch_size:
 def evaluate_model(model: nn.Module | RankingModel, dataset: Any, *, metrics: str | Iterable[str],
                    convention: str = "letor4", batch_size: int = 256) -> dict[str, float]:
     """Mean of each metric over the queries of ``dataset`` (:func:`smoothrank.metrics.evaluate`),
-    keyed as ``evaluate`` keys them (``"NDCG@3"`` -> ``"ndcg@3"``)."""
-    from smoothrank.metrics import evaluate, mean_metrics
+    keyed as ``evaluate`` keys them (``"NDCG@3"`` -> ``"ndcg@3"``). Under a convention that orders
+    tied scores by document id (``trec``) the dataset's ``doc_ids`` are passed along, so that the
+    values are those of :func:`smoothrank.metrics.evaluate_flat` (and trec_eval)."""
+    from smoothrank.metrics import evaluate, get_convention, mean_metrics
     from smoothrank.metrics.evaluate import _metric_list
 
     metrics = _metric_list(metrics)
+    doc_ids = getattr(dataset, "doc_ids", None) if get_convention(convention).docno_ties else None
     per_query = {name: torch.full((dataset.n_queries,), math.nan, dtype=torch.float64) for name in metrics}
     for batch, scores in _scored_batches(model, dataset, batch_size=batch_size):
+        ids = None
+        if doc_ids is not None:
+            rows = batch.rows.numpy()
+            ids = np.where(rows >= 0, np.asarray(doc_ids)[np.maximum(rows, 0)], "")
         values = evaluate(scores, batch.labels, mask=batch.mask, metrics=tuple(metrics),
-                          convention=convention)
+                          convention=convention, doc_ids=ids)
         for name in metrics:
             per_query[name][batch.query_index] = torch.as_tensor(values[name]).double().cpu()
     return {name: float(value) for name, value in mean_metrics(per_query).items()}
