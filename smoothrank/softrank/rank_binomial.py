@@ -459,10 +459,14 @@ def score_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_
         return BlockedRankBinomial.apply(scores.contiguous(), mask, float(sigma), n_ranks)
     # A few selected documents (hybrid): one recursion per selected document, contests in-kernel.
     batch, n = scores.shape
-    rows = score_selected_rank_distributions(scores, sigma=sigma, mask=mask, max_rank=n_ranks, select=select)
-    index = (select.to(torch.bool) & mask).flatten().nonzero(as_tuple=True)[0]
-    out = rows.new_zeros(batch * n, n_ranks).index_copy(0, index, rows)
-    return out.view(batch, n, n_ranks)
+    index = _selected_rows(select, mask)
+    p = FusedRankBinomial.apply(scores, mask, index, float(sigma), n_ranks)
+    return p.new_zeros(batch * n, n_ranks).index_copy(0, index, p).view(batch, n, n_ranks)
+
+
+def _selected_rows(select: Tensor, mask: Tensor) -> Tensor:
+    """Flat indices ``b n + j`` of the real selected documents, in row-major order."""
+    return (select.to(torch.bool) & mask).flatten().nonzero(as_tuple=True)[0].contiguous()
 
 
 def score_selected_rank_distributions(scores: Tensor, *, sigma: float, mask: Tensor, max_rank: int,
@@ -471,5 +475,4 @@ def score_selected_rank_distributions(scores: Tensor, *, sigma: float, mask: Ten
     of ``select``, on the fused CPU kernel: memory ``O(rows R)`` however long the list."""
     mask = mask.to(torch.bool).contiguous()
     n_ranks = min(int(max_rank), max(scores.shape[-1], 1))
-    rows = (select.to(torch.bool) & mask).flatten().nonzero(as_tuple=True)[0].contiguous()
-    return FusedRankBinomial.apply(scores, mask, rows, float(sigma), n_ranks)
+    return FusedRankBinomial.apply(scores, mask, _selected_rows(select, mask), float(sigma), n_ranks)
