@@ -58,10 +58,6 @@ _DEVICE_CHECK_EVERY = 5
 
 
 # --------------------------------------------------------------------------- validation helpers
-def _check_scores_mask(scores: Tensor, mask: Tensor | None, *, name: str = "scores") -> Tensor:
-    return check_scores_mask(scores, mask, name=name)
-
-
 def _check_temperature(temperature: float) -> float:
     return check_positive(temperature, "temperature")
 
@@ -208,7 +204,7 @@ def neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: floa
     Tensor, shape (batch, n, n)
         Row r-1 is rank r, column j is input position j; padded ranks/items are zero rows/columns.
     """
-    mask = _check_scores_mask(scores, mask)
+    mask = check_scores_mask(scores, mask)
     tau = within_dtype(_check_temperature(temperature), scores.dtype, divides=True)
     logits = _neural_sort_logits(scores, mask, tau)  # float64 where the device has it
     p_hat = torch.softmax(logits, dim=-1).to(scores.dtype)
@@ -233,7 +229,7 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
     Tensor, shape (n_samples, batch, n, n)
         Sample-major; every sample of query b uses query b's mask.
     """
-    mask = _check_scores_mask(scores, mask)
+    mask = check_scores_mask(scores, mask)
     tau = _check_temperature(temperature)
     n_samples = check_positive_int(n_samples, "n_samples")
     beta = check_positive(beta, "beta")
@@ -638,7 +634,7 @@ def neural_sort_bilinear(scores: Tensor, left: Tensor, right: Tensor, *, mask: T
     -------
     (value, marginal_error), both of shape (batch,); the error is 0 without Sinkhorn.
     """
-    mask = _check_scores_mask(scores, mask)
+    mask = check_scores_mask(scores, mask)
     tau = within_dtype(_check_temperature(temperature), scores.dtype, divides=True)
     for name, vec in (("left", left), ("right", right)):
         if not isinstance(vec, Tensor) or vec.shape != scores.shape:
