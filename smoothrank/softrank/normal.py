@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from smoothrank import _blocks
-from smoothrank.softrank.pairwise import default_mask, normal_cdf
+from smoothrank.softrank.pairwise import contest_block, default_mask, normal_cdf
 from smoothrank.softrank.rank_binomial import rank_distributions
 
 VARIANCE_FLOOR = 1e-6
@@ -118,18 +118,6 @@ def hybrid_rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_ran
 
 
 # ----------------------------------------------------------------------------- from scores, chunked
-def _block_contests(scores: Tensor, mask: Tensor, sigma: float, q: slice, r: slice
-                    ) -> tuple[Tensor, Tensor, Tensor]:
-    """Contests ``pi[i, j]`` of queries q, rows i in r, all j (zero off the real pairs, i != j),
-    the score differences and the real pairs."""
-    s, m = scores[q], mask[q]
-    diff = s[:, r, None] - s[:, None, :]
-    pi = normal_cdf(diff * (1.0 / (sigma * math.sqrt(2.0))))
-    index = torch.arange(s.shape[-1], device=s.device)
-    real = m[:, r, None] & m[:, None, :] & (index[r, None] != index[None, :])
-    return torch.where(real, pi, torch.zeros_like(pi)), diff, real
-
-
 class ContestMoments(torch.autograd.Function):
     """``scores -> (mu, v)``: ``mu_j = sum_i pi_ij``, ``v_j = sum_i pi_ij (1 - pi_ij)``, a block at a time.
 
@@ -147,7 +135,7 @@ class ContestMoments(torch.autograd.Function):
         mean, var = scores.new_zeros(batch, n), scores.new_zeros(batch, n)
         s = scores.detach()
         for q, r in _blocks.blocks(batch, n):
-            pi, _, _ = _block_contests(s, mask, sigma, q, r)
+            pi, _, _ = contest_block(s[q], mask[q], sigma, rows=r)
             mean[q] += pi.sum(dim=1)
             var[q] += (pi * (1.0 - pi)).sum(dim=1)
         return mean, var
@@ -162,7 +150,7 @@ class ContestMoments(torch.autograd.Function):
         s = scores.detach()
         dens_scale = 1.0 / (2.0 * sigma * math.sqrt(math.pi))
         for q, r in _blocks.blocks(batch, n):
-            pi, diff, real = _block_contests(s, mask, sigma, q, r)
+            pi, diff, real = contest_block(s[q], mask[q], sigma, rows=r)
             g = grad_mean[q][:, None, :] + grad_var[q][:, None, :] * (1.0 - 2.0 * pi)
             x = diff * (0.5 / sigma)
             w = torch.where(real, g * torch.exp(-(x * x)) * dens_scale, torch.zeros_like(g))

@@ -47,6 +47,18 @@ def normal_cdf(x: Tensor) -> Tensor:
     return 0.5 * torch.special.erfc(x * (-1.0 / math.sqrt(2.0)))
 
 
+def contest_block(scores: Tensor, mask: Tensor, sigma: float, *, rows: slice = slice(None),
+                  cols: slice = slice(None)) -> tuple[Tensor, Tensor, Tensor]:
+    """A block ``pi[b, i, j]`` of the contests, ``i`` in ``rows`` and ``j`` in ``cols`` (zero off the
+    real pairs, ``i != j``), with the score differences and the real pairs: what the blocked SoftRank
+    paths form one block of a long list at a time (``scores`` finite at padded positions)."""
+    diff = scores[:, rows, None] - scores[:, None, cols]
+    pi = normal_cdf(diff * (1.0 / (sigma * math.sqrt(2.0))))
+    index = torch.arange(scores.shape[-1], device=scores.device)
+    real = mask[:, rows, None] & mask[:, None, cols] & (index[rows, None] != index[None, cols])
+    return torch.where(real, pi, torch.zeros_like(pi)), diff, real
+
+
 def pairwise_probabilities(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None) -> Tensor:
     """Probability ``pi[b, i, j] = P(S_i > S_j)`` that item ``i`` beats item ``j`` (eq. 9).
 

@@ -69,7 +69,7 @@ from torch import Tensor
 
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
-from smoothrank.softrank.pairwise import default_mask, normal_cdf, pair_mask
+from smoothrank.softrank.pairwise import contest_block, default_mask, pair_mask
 
 BACKENDS = ("auto", "numba", "torch", "fft")
 
@@ -382,13 +382,10 @@ def _column_blocks(batch: int, n: int) -> list[tuple[slice, slice]]:
 
 def _contest_columns(scores: Tensor, mask: Tensor, sigma: float, cols: slice
                      ) -> tuple[Tensor, Tensor, Tensor]:
-    """``pi[b, i, c] = Phi((s_i - s_j) / (sigma sqrt 2))`` for the documents ``j`` of columns ``cols``
-    (zero off the real pairs, ``i != j``), the score differences and the real pairs."""
-    diff = scores[:, :, None] - scores[:, None, cols]
-    pi = normal_cdf(diff * (1.0 / (sigma * math.sqrt(2.0))))
-    index = torch.arange(scores.shape[-1], device=scores.device)
-    real = mask[:, :, None] & mask[:, None, cols] & (index[:, None] != index[None, cols])
-    return torch.where(real, pi, torch.zeros_like(pi)).contiguous(), diff, real
+    """The contests of the documents of columns ``cols`` against every competitor, contiguous for
+    the kernels (:func:`~smoothrank.softrank.pairwise.contest_block`)."""
+    pi, diff, real = contest_block(scores, mask, sigma, cols=cols)
+    return pi.contiguous(), diff, real
 
 
 class BlockedRankBinomial(torch.autograd.Function):
