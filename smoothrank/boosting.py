@@ -401,7 +401,8 @@ def lgbm_ranker_objective(loss: str | Callable[..., Any], *, hessian: str = "con
     The four positional parameters are deliberate: LightGBM's scikit-learn wrapper passes ``group``
     to a custom objective only when it has exactly four (PITFALLS 19). The objective is an
     estimator parameter, so it pickles (``pickle``, ``joblib``, a parallel ``GridSearchCV``) when
-    the loss is given by name: it keeps the name and options and binds the loss again on loading.
+    the loss is given by name or bound by :func:`smoothrank.losses.get` (which pickles by name and
+    options); a plain function pickles when pickle can import it by name.
     """
     return _RankerObjective(loss, options, hessian=hessian, min_hessian=min_hessian, dtype=dtype,
                             device=device)
@@ -425,7 +426,7 @@ class _RankerObjective:
                                   min_hessian=self.min_hessian, dtype=self.dtype, device=self.device)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_fn"}  # a bound loss is a closure
+        return {k: v for k, v in self.__dict__.items() if k != "_fn"}  # bound again on loading
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

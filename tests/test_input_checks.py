@@ -280,6 +280,41 @@ def test_a_bound_loss_shows_its_own_signature_not_the_loss_options():
     assert set(typing.get_type_hints(bound)) == {"scores", "labels", "mask", "reduction", "return"}
 
 
+@pytest.mark.parametrize("name", losses.available())
+def test_a_bound_loss_pickles_by_name_and_options_and_computes_the_same(name):
+    # It was a closure named after the loss function, which pickle refused ("not the same object"),
+    # so a bound loss could not reach torch.multiprocessing.spawn workers or joblib.
+    import pickle
+
+    known = losses.options(name)
+    opts = {"discount": {"shallow": 0.5, "n": 6}} if "discount" in known else {}
+    opts |= {"generator": 0} if "generator" in known else {}  # ListMLE's ties are broken at random
+    bound = losses.get(name, **opts)
+    again = pickle.loads(pickle.dumps(bound))
+    assert type(again) is losses.BoundLoss and again.loss_name == name
+    s, y = torch.randn(3, 6, dtype=F64), torch.tensor([[0.0, 1, 2, 0, 1, 3]] * 3)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    assert torch.equal(again(s, y, mask=mask), bound(s, y, mask=mask))
+    assert repr(again) == repr(bound) and repr(bound).startswith(f"losses.get({name!r}")
+
+
+def test_a_pickled_bound_generator_draws_on_from_its_state_and_the_shallow_discount_pickles():
+    import pickle
+
+    bound = losses.get("neural_ndcg", stochastic=True, n_samples=2, generator=5)
+    s, y = torch.randn(2, 5, dtype=F64), torch.tensor([[0.0, 1, 2, 0, 1]] * 2)
+    first = bound(s, y)
+    again = pickle.loads(pickle.dumps(bound))
+    # The copy draws what the original draws next, not the seed's first draw again.
+    assert torch.equal(again(s, y), bound(s, y)) and not torch.equal(again(s, y), first)
+    d = softrank.shallow_discount(-0.5, 8)
+    ranks = torch.arange(1.0, 11.0, dtype=F64)
+    assert torch.equal(pickle.loads(pickle.dumps(d))(ranks), d(ranks))
+    assert d == softrank.shallow_discount(-0.5, 8) != softrank.shallow_discount(-0.5, 9)
+    assert repr(d) == d.__name__ == "shallow_discount(alpha=-0.5, n=8)"
+
+
 def test_int_seeds_work_wherever_a_generator_is_taken():
     # sorting.gumbel_perturb(generator=0) raised AttributeError while the losses took int seeds.
     s = torch.randn(2, 5, dtype=F64)

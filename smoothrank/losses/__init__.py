@@ -12,6 +12,7 @@ Registry: :func:`get`, :func:`available`, :func:`register`, :func:`options`; :fu
 
 from smoothrank.losses import softrank as softrank  # registers soft_ndcg
 from smoothrank.losses._registry import (
+    BoundLoss,
     available,
     get,
     informative_queries,
@@ -33,6 +34,7 @@ for _name, _fn in (("neural_ndcg", neural_ndcg), ("neural_ndcg_transposed", neur
 # Further loss modules register themselves on import (one import line each, as softrank above).
 
 __all__ = [
+    "BoundLoss",
     "approx_ndcg",
     "available",
     "get",

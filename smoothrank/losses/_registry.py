@@ -6,7 +6,6 @@ its options are its other keyword-only parameters (with their defaults).
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -82,7 +81,6 @@ def get(name: str, **opts: Any) -> LossFn:
     successive calls draw different but reproducible noise (the function called with the same int
     seed draws the same noise on every call).
     """
-    fn = _lookup(name)
     known = options(name)
     unknown = sorted(set(opts) - set(known))
     if unknown:
@@ -92,23 +90,42 @@ def get(name: str, **opts: Any) -> LossFn:
     if "generator" in opts and isinstance(opts["generator"], int) and not isinstance(opts["generator"], bool):
         # A seed from a config: one generator for the life of the bound loss, so successive
         # batches draw different (but reproducible) random numbers.
-        import torch
-
         opts["generator"] = torch.Generator().manual_seed(opts["generator"])
 
-    def bound(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,
-              reduction: str = "mean") -> Tensor:
-        return fn(scores, labels, mask=mask, reduction=reduction, **opts)
+    return BoundLoss(name, opts)
 
-    signature, annotations = inspect.signature(bound), dict(bound.__annotations__)
-    bound = functools.wraps(fn)(bound)
-    # Its own signature and annotations, not the loss's (which functools.wraps would show, options
-    # and all): the options are bound, and passing one again is a TypeError.
-    bound.__signature__ = signature  # type: ignore[attr-defined]
-    bound.__annotations__ = annotations
-    bound.loss_name = name  # type: ignore[attr-defined]
-    bound.options = dict(opts)  # type: ignore[attr-defined]
-    return bound
+
+class BoundLoss:
+    """A registered loss with its options bound: what :func:`get` returns.
+
+    ``bound(scores, labels, *, mask=None, reduction="mean")``; ``loss_name`` and ``options`` say
+    what it is. It shows its own signature (the options are bound: passing one again is a
+    ``TypeError``) and the loss's docstring. It pickles by name and options, so it can be sent to
+    other processes (``torch.multiprocessing.spawn``, ``joblib``) whose registry holds the same
+    name; a bound generator travels with its state.
+    """
+
+    def __init__(self, name: str, options: dict[str, Any]) -> None:
+        # Options as get() resolved them (config forms read, an int generator made a Generator).
+        fn = _lookup(name)
+        self.loss_name, self.options, self._fn = name, dict(options), fn
+        self.__name__, self.__qualname__ = fn.__name__, fn.__qualname__
+        self.__doc__, self.__wrapped__ = fn.__doc__, fn
+        self.__signature__ = inspect.signature(BoundLoss.__call__).replace(
+            parameters=list(inspect.signature(BoundLoss.__call__).parameters.values())[1:])
+        self.__annotations__ = dict(BoundLoss.__call__.__annotations__)
+
+    def __call__(self, scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,
+                 reduction: str = "mean") -> Tensor:
+        return self._fn(scores, labels, mask=mask, reduction=reduction, **self.options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return BoundLoss, (self.loss_name, self.options)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={'<torch.Generator>' if isinstance(v, torch.Generator) else repr(v)}"
+                          for k, v in self.options.items())
+        return f"losses.get({self.loss_name!r}{', ' if shown else ''}{shown})"
 
 
 #: Losses whose informative queries are those with a positive ideal DCG (gains and discount as bound).

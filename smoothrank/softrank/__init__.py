@@ -6,13 +6,14 @@
   ``"torch"`` the PyTorch recursion).
 * :func:`normal_rank_distributions`, :func:`hybrid_rank_distributions`: section 3.6.
 * :func:`soft_rank`: all of the above from scores, with optional Sinkhorn scaling (section 3.2).
-* :func:`shallow_discount`: the shallower training discounts of section 4.7.
+* :func:`shallow_discount`: the shallower training discounts of section 4.7 (a picklable
+  :class:`ShallowDiscount`).
 
 The loss is :func:`smoothrank.losses.softrank.soft_ndcg` (registry name ``"soft_ndcg"``).
 """
 
 from smoothrank.softrank.api import METHODS, sinkhorn_rank_matrix, soft_rank
-from smoothrank.softrank.discounts import shallow_discount
+from smoothrank.softrank.discounts import ShallowDiscount, shallow_discount
 from smoothrank.softrank.normal import hybrid_rank_distributions, normal_rank_distributions
 from smoothrank.softrank.pairwise import expected_ranks, pairwise_probabilities
 from smoothrank.softrank.rank_binomial import RankBinomial, rank_distributions
@@ -20,6 +21,7 @@ from smoothrank.softrank.rank_binomial import RankBinomial, rank_distributions
 __all__ = [
     "METHODS",
     "RankBinomial",
+    "ShallowDiscount",
     "expected_ranks",
     "hybrid_rank_distributions",
     "normal_rank_distributions",

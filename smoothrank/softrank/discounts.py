@@ -20,7 +20,6 @@ the top of the list (1) to its tail (-1). Ranks beyond ``n`` keep the floor valu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -32,7 +31,7 @@ def _log_discount(ranks: Tensor) -> Tensor:
     return 1.0 / torch.log2(ranks + 1.0)
 
 
-def shallow_discount(alpha: float, n: int) -> Callable[[Tensor], Tensor]:
+def shallow_discount(alpha: float, n: int) -> ShallowDiscount:
     """Return the discount ``S_alpha`` for lists of ``n`` items, usable as ``discount=`` anywhere.
 
     Parameters
@@ -42,6 +41,10 @@ def shallow_discount(alpha: float, n: int) -> Callable[[Tensor], Tensor]:
     n : int >= 1
         Length of the lists the discount spans (e.g. the training list size). Ranks are clamped
         to ``[1, n]``.
+
+    The result is a :class:`ShallowDiscount`: a callable ``f(ranks) -> Tensor`` that pickles
+    (a loss bound with it can be sent to other processes) and compares equal to another of the
+    same ``(alpha, n)``.
 
     Examples
     --------
@@ -58,12 +61,25 @@ def shallow_discount(alpha: float, n: int) -> Callable[[Tensor], Tensor]:
         raise SmoothrankError(f"alpha: expected a number in [-1, 1], got {alpha!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise SmoothrankError(f"n: expected an integer >= 1, got {n!r}")
-    floor = 1.0 / math.log2(n + 1.0)
+    return ShallowDiscount(a, int(n))
 
-    def shallow(ranks: Tensor) -> Tensor:
+
+class ShallowDiscount:
+    """The discount ``S_alpha`` for lists of ``n`` items; build it with :func:`shallow_discount`.
+
+    A class rather than a closure so that it pickles with the loss it is bound to.
+    """
+
+    def __init__(self, alpha: float, n: int) -> None:
+        self.alpha, self.n = alpha, n
+        self.__name__ = f"shallow_discount(alpha={alpha}, n={n})"
+
+    def __call__(self, ranks: Tensor) -> Tensor:
         ranks = ranks if ranks.is_floating_point() else ranks.to(torch.get_default_dtype())
+        a, n = self.alpha, self.n
         if n == 1:
             return torch.ones_like(ranks)
+        floor = 1.0 / math.log2(n + 1.0)
         r = ranks.clamp(1.0, float(n))
         chord = 1.0 - (1.0 - floor) * (r - 1.0) / (n - 1.0)
         if a >= 0.0:
@@ -71,6 +87,13 @@ def shallow_discount(alpha: float, n: int) -> Callable[[Tensor], Tensor]:
         reflected = 1.0 + floor - _log_discount(n + 1.0 - r)
         return -a * reflected + (1.0 + a) * chord
 
-    shallow.__name__ = f"shallow_discount(alpha={a}, n={n})"
-    shallow.__qualname__ = shallow.__name__
-    return shallow
+    def __repr__(self) -> str:
+        return self.__name__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShallowDiscount):
+            return NotImplemented
+        return (self.alpha, self.n) == (other.alpha, other.n)
+
+    def __hash__(self) -> int:
+        return hash((ShallowDiscount, self.alpha, self.n))
