@@ -189,6 +189,51 @@ def test_huge_scores_never_give_nan_pairwise_losses() -> None:
         assert torch.isfinite(loss) and torch.isfinite(g).all(), name
 
 
+_NDCG_LOSSES = ["neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "lambda_rank", "soft_ndcg"]
+
+
+@pytest.mark.parametrize("name", _NDCG_LOSSES)
+@pytest.mark.parametrize("opts", [{}, {"k": 1}, {"discount": "linear"}, {"stochastic": True}])
+def test_large_finite_gains_do_not_overflow_the_ideal_dcg(name: str, opts: dict) -> None:
+    # Label 127 has the finite float32 gain 2^127 - 1, but two of them sum to inf: IDCG = inf gave
+    # NaN (NeuralNDCG, SoftNDCG), 0 for a query worth -1 (ApproxNDCG) and inf (LambdaRank, stochastic
+    # NeuralNDCG; fuzz review of 2026-11-25). The losses are ratios of sums of gains: float32 must
+    # now give what float64 (whose range holds these sums) gives.
+    if ("stochastic" in opts and not name.startswith("neural")) or ("k" in opts and name == "approx_ndcg"):
+        return
+    opts = {**opts, "generator": 0} if "stochastic" in opts else opts
+    scores = torch.tensor([[0.3, 0.2, 0.1, 0.0, -0.4], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    labels = torch.tensor([[127.0, 127, 127, 3, 0], [127, 1, 1, 1, 1]])
+    got, want = [], []
+    for dtype, out in ((torch.float32, got), (torch.float64, want)):
+        x = scores.to(dtype).requires_grad_()
+        value = losses.get(name, **opts)(x, labels.to(dtype), reduction="none")
+        out += [value.detach(), *torch.autograd.grad(value.sum(), x)]
+    for g, w in zip(got, want, strict=True):
+        assert torch.isfinite(g).all(), (name, g)
+        if "stochastic" not in opts:  # the noise drawn differs between the dtypes
+            torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-6)
+
+
+def test_gain_scaling_is_by_a_power_of_two_so_scaled_gains_give_the_same_bits() -> None:
+    from smoothrank.metrics._ranking import scale_rows_to_unit
+
+    g = torch.tensor([[0.0, 1, 3, 7, 15], [0, 0, 0, 0, 0], [0.25, 0.5, 0, 0, 0], [3e38, 1, 0, 0, 0]])
+    scaled = scale_rows_to_unit(g)
+    assert torch.equal(scaled[:3], torch.tensor([[0.0, 1, 3, 7, 15], [0, 0, 0, 0, 0], [0.5, 1, 0, 0, 0]])
+                       / torch.tensor([[16.0], [1], [2]]))
+    assert torch.isfinite(scaled[3]).all() and scaled[3, 0] < 4  # 2^-126: the smallest normal power
+    assert torch.equal(scale_rows_to_unit(g.double())[0], g[0].double() / 16)
+    # NDCG and its surrogates do not change when every gain is multiplied by 2^40: the same bits.
+    scores, labels = torch.randn(8, 12), torch.randint(0, 5, (8, 12)).float()
+    gain = {float(y): 2.0**y - 1 for y in range(5)}
+    for name in _NDCG_LOSSES:
+        plain = losses.get(name, gain=gain)(scores, labels, reduction="none")
+        big = {y: g * 2.0**40 for y, g in gain.items()}
+        big = losses.get(name, gain=big)(scores, labels, reduction="none")
+        assert torch.equal(plain, big), name
+
+
 @pytest.mark.parametrize("name", [*NAMES, "soft_ndcg"])
 def test_losses_inside_autocast_compute_as_outside(name: str) -> None:
     # Review of 2026-11-24: NeuralSort's and Sinkhorn's products ran in bfloat16 under CPU autocast

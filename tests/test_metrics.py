@@ -19,6 +19,7 @@ from smoothrank.metrics import (
     evaluate_flat,
     mean_metrics,
     ndcg,
+    ndcg_beta,
     pad_groups,
     pairwise_error,
     precision,
@@ -124,6 +125,19 @@ def test_padding_anywhere_changes_nothing(data, k, pad_before, pad_after):
         # k=None: P over the real items, not over the padded width
         torch.testing.assert_close(fn(S, Y, mask=M, reduction="none", k=cut),
                                    fn(*plain, reduction="none", k=cut).expand(2), rtol=0, atol=1e-14)
+
+
+def test_large_finite_gains_do_not_overflow_the_ideal_dcg():
+    # Label 127's float32 gain 2^127 - 1 is finite, three of them sum to inf: NDCG was NaN, and then
+    # left out of the mean as if the query were empty (fuzz review of 2026-11-25).
+    scores = torch.tensor([[0.3, 0.2, 0.1], [0.3, 0.2, 0.1]])
+    labels = torch.tensor([[127.0, 127, 126], [0, 0, 1]])
+    for k in (None, 2):
+        got = ndcg(scores, labels, k=k, reduction="none")
+        want = ndcg(scores.double(), labels.double(), k=k, reduction="none")
+        torch.testing.assert_close(got.double(), want)
+        assert torch.isfinite(got).all()
+    assert ndcg_beta(scores, torch.tensor([[3e38, 3e38, 1.0], [0, 0, 1]]), reduction="none")[0] == 1.0
 
 
 def test_worked_example():

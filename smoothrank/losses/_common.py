@@ -105,13 +105,16 @@ def real_gains(labels: Tensor, mask: Tensor, gain: Any) -> Tensor:
     """Gains of the real items, 0 at padded positions (the gain is never evaluated on padding,
     so a mapping need not cover the filler label). As for the metrics: a callable must be
     elementwise and every real gain finite (``2^200 - 1`` overflows float32); and >= 0, since
-    NDCG with a negative gain (``2^-1 - 1`` for a label -1) is no longer a normalised metric."""
+    NDCG with a negative gain (``2^-1 - 1`` for a label -1) is no longer a normalised metric.
+
+    Each query's gains come scaled by a power of two (largest in [0.5, 1)): every loss using them
+    is a ratio of sums of gains, unchanged to the bit, and no sum of finite gains overflows."""
     g = _metric_inputs.real_gains(labels, mask, gain)
     if bool((g < 0).any()):
         label = labels[g < 0].min().item()
         raise SmoothrankError(f"gain: label {label:g} has a negative gain; the NDCG-based losses need gains "
                               ">= 0 (map negative labels with a gain mapping, e.g. gain={-1: 0, 0: 0, 1: 1})")
-    return g
+    return _metric_inputs.scale_rows_to_unit(g)
 
 
 def rank_discounts(mask: Tensor, discount: Any, k: int | None, dtype: torch.dtype) -> Tensor:

@@ -164,6 +164,31 @@ def real_gains(labels: Tensor, mask: Tensor, spec: Any) -> Tensor:
     return out
 
 
+#: float dtype -> (integer dtype of its width, mantissa bits, exponent bias).
+_FLOAT_LAYOUT = {torch.float32: (torch.int32, 23, 127), torch.float64: (torch.int64, 52, 1023)}
+
+
+def scale_rows_to_unit(gains: Tensor) -> Tensor:
+    """Each row of ``gains`` times the power of two that brings its largest value into [0.5, 1).
+
+    For anything that is a ratio of sums of gains (NDCG, its surrogates, LambdaRank's ΔNDCG) this
+    changes nothing, exactly: a power of two rescales without rounding (short of subnormals), and
+    numerator and denominator move together. What it changes is overflow: 2^127 - 1 is a finite
+    float32 gain (label 127 under ``exp2``) but the sum of two is not, and IDCG = inf made NDCG
+    NaN. The power is built from its bits, so it is exact on every device. Rows whose largest value
+    is not positive, and dtypes other than float32 and float64, are returned unchanged.
+    """
+    layout = _FLOAT_LAYOUT.get(gains.dtype)
+    if layout is None or gains.numel() == 0:
+        return gains
+    int_dtype, mantissa_bits, bias = layout
+    top = gains.amax(-1, keepdim=True)
+    exponent = torch.frexp(top).exponent.to(int_dtype)
+    # 2^-exponent must be a normal number: exponent in [-bias, bias - 1].
+    exponent = torch.where(top > 0, exponent, torch.zeros_like(exponent)).clamp(-bias, bias - 1)
+    return gains * ((bias - exponent) << mantissa_bits).view(gains.dtype)
+
+
 def sort_order(scores: Tensor, mask: Tensor, *, ties: str = "input", labels: Tensor | None = None) -> Tensor:
     """Indices that rank each row: real items by descending score, padding last.
 

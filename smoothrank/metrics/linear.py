@@ -29,11 +29,11 @@ from smoothrank.metrics import _ranking as R
 from smoothrank.metrics.ndcg import EMPTY, _dcg_and_ideal
 
 
-def _beta_parts(scores: Any, labels: Any, mask: Any, ties: str, dtype: torch.dtype | None
-                ) -> tuple[Tensor, Tensor, R.Prepared]:
+def _beta_parts(scores: Any, labels: Any, mask: Any, ties: str, dtype: torch.dtype | None, *,
+                ratio: bool = False) -> tuple[Tensor, Tensor, R.Prepared]:
     R.check_choice(ties, R.TIES, "ties")
     p = R.prepare(scores, labels, mask, dtype=dtype)
-    value, ideal, _ = _dcg_and_ideal(p, k=None, gain="linear", discount="linear", ties=ties)
+    value, ideal, _ = _dcg_and_ideal(p, k=None, gain="linear", discount="linear", ties=ties, ratio=ratio)
     return value, ideal, p
 
 
@@ -54,7 +54,7 @@ def ndcg_beta(scores: Any, labels: Any, *, mask: Any = None, ties: str = "input"
     """
     R.check_choice(reduction, R.REDUCTIONS, "reduction")
     R.check_choice(empty, EMPTY, "empty")
-    value, ideal, p = _beta_parts(scores, labels, mask, ties, dtype)
+    value, ideal, p = _beta_parts(scores, labels, mask, ties, dtype, ratio=True)
     is_empty = ideal <= 0
     out = value / torch.where(is_empty, torch.ones_like(ideal), ideal)
     fill = {"one": 1.0, "zero": 0.0, "skip": float("nan")}[empty]

@@ -36,9 +36,14 @@ EMPTY = ("one", "zero", "skip")
 SHORT = ("list", "zero")
 
 
-def _dcg_and_ideal(p: R.Prepared, *, k: int | None, gain: Any, discount: Any, ties: str
-                   ) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-query DCG@k, ideal DCG@k and number of real items."""
+def _dcg_and_ideal(p: R.Prepared, *, k: int | None, gain: Any, discount: Any, ties: str,
+                   ratio: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-query DCG@k, ideal DCG@k and number of real items.
+
+    ``ratio``: only DCG / IDCG will be used, so each query's gains may be scaled by a power of two
+    (:func:`~smoothrank.metrics._ranking.scale_rows_to_unit`: the ratio is the same bits, and the
+    sums of large finite gains no longer overflow).
+    """
     n_real = p.mask.sum(dim=-1)
     g = R.real_gains(p.labels, p.mask, gain)
     negative = (g < 0) & (p.labels < 0)
@@ -46,6 +51,8 @@ def _dcg_and_ideal(p: R.Prepared, *, k: int | None, gain: Any, discount: Any, ti
         label = p.labels[negative].min().item()
         raise R.SmoothrankError(f"gain: label {label:g} has a negative gain; a negative label is read only "
                                 "when the gain maps it to a gain >= 0, e.g. gain={-1: 0, 0: 0, 1: 1}")
+    if ratio:
+        g = R.scale_rows_to_unit(g)
     ranks = R.positions(p.scores)
     try:
         disc = _gains.discount(ranks, discount, list_size=n_real.to(p.scores.dtype).unsqueeze(-1))
@@ -135,7 +142,7 @@ def ndcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, ga
     R.check_choice(empty, EMPTY, "empty")
     # Negative labels (LETOR's -1 "junk") are read when a gain mapping or callable is given for them.
     p = R.prepare(scores, labels, mask, dtype=dtype, negative_labels=not isinstance(gain, str))
-    value_dcg, ideal, n_real = _dcg_and_ideal(p, k=k, gain=gain, discount=discount, ties=ties)
+    value_dcg, ideal, n_real = _dcg_and_ideal(p, k=k, gain=gain, discount=discount, ties=ties, ratio=True)
     is_empty = ideal <= 0
     safe = torch.where(is_empty, torch.ones_like(ideal), ideal)
     value = value_dcg / safe
