@@ -128,5 +128,7 @@ def check_generator(generator: Any) -> torch.Generator | None:
     if generator is None or isinstance(generator, torch.Generator):
         return generator
     if isinstance(generator, int | np.integer) and not isinstance(generator, bool):
+        if not -(2**63) <= int(generator) < 2**64:  # what torch.Generator.manual_seed takes
+            raise SmoothrankError(f"generator: an int seed must lie in [-2^63, 2^64), got {generator}")
         return torch.Generator().manual_seed(int(generator))
     raise SmoothrankError(f"generator: expected a torch.Generator, an int seed or None, got {generator!r}")

@@ -235,6 +235,8 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
     beta = check_positive(beta, "beta")
     generator = check_generator(generator)
     shape = (n_samples, *scores.shape)
+    if scores.shape[-1] == 0:  # lists of no item, as neural_sort
+        return scores.new_zeros(n_samples, scores.shape[0], 0, 0)
     perturbed = gumbel_perturb(scores, n_samples=n_samples, beta=beta, generator=generator, mask=mask)
     flat_mask = mask.unsqueeze(0).expand(shape).reshape(-1, scores.shape[-1])
     p = neural_sort(perturbed.reshape(-1, scores.shape[-1]), mask=flat_mask, temperature=tau)
@@ -251,7 +253,11 @@ def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
     items) gets the noise drawn at position k: the noise of the real items does not depend on where
     the padding sits, and with the padding at the end of every row it is the noise drawn without a mask.
     """
+    if not isinstance(scores, Tensor) or not scores.is_floating_point():
+        what = scores.dtype if isinstance(scores, Tensor) else type(scores).__name__
+        raise SmoothrankError(f"scores: expected a floating torch.Tensor, got {what}")
     n_samples = check_positive_int(n_samples, "n_samples")
+    beta = check_positive(beta, "beta")
     generator = check_generator(generator)
     shape = (n_samples, *scores.shape)
     device = generator.device if generator is not None else scores.device
@@ -279,6 +285,10 @@ def real_first_slots(mask: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------- Sinkhorn
+#: Sinkhorn refuses entries below -NEGATIVE_SLACK x the matrix's largest entry.
+NEGATIVE_SLACK = 1e-3
+
+
 def _split_mask(matrix: Tensor, mask: Tensor | tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
     if matrix.dim() != 3 or matrix.shape[-1] != matrix.shape[-2]:
         raise SmoothrankError(f"matrix: expected shape (batch, n, n), got {tuple(matrix.shape)}")
@@ -288,6 +298,9 @@ def _split_mask(matrix: Tensor, mask: Tensor | tuple[Tensor, Tensor] | None) -> 
     if mask is None:
         full = torch.ones(b, n, dtype=torch.bool, device=matrix.device)
         return full, full
+    if isinstance(mask, tuple | list) and len(mask) != 2:
+        raise SmoothrankError(f"mask: expected one boolean mask or a pair (row_mask, col_mask), "
+                              f"got {len(mask)}")
     row_mask, col_mask = mask if isinstance(mask, tuple | list) else (mask, mask)
     for name, mk in (("row mask", row_mask), ("column mask", col_mask)):
         if not isinstance(mk, Tensor) or mk.dtype != torch.bool or mk.shape != (b, n):
@@ -472,18 +485,35 @@ def sinkhorn_scaling(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | N
                                      max_iter=max_iter, tol=tol)
         return u, v, err
     dtype = matrix.dtype
+    if matrix.shape[-1] == 0:  # lists of no item: nothing to scale
+        empty = matrix.new_zeros(matrix.shape[:2])
+        return empty, empty.clone(), matrix.new_zeros(len(matrix))
     keep = (row_mask.unsqueeze(-1) & col_mask.unsqueeze(-2))
     k = matrix if bool(keep.all()) else torch.where(keep, matrix, torch.zeros((), dtype=dtype,
                                                                                device=matrix.device))
-    if not bool(torch.isfinite(k.detach()[keep]).all()):
-        raise SmoothrankError("matrix: NaN or infinite entry in the real block (it has no Sinkhorn scaling)")
+    real = k.detach()[keep]
+    # Negative entries are refused, bar rounding and perturbation (probabilities computed by FFT,
+    # SoftRank's default off the CPU, come out as small as -180 eps in float32 at n = 300, and
+    # gradcheck moves near-zero entries by -1e-6): below -1e-3 x the largest entry. One check, one
+    # device sync, on the common path.
+    slack = NEGATIVE_SLACK * real.abs().amax() if real.numel() else 0.0
+    if not bool((torch.isfinite(real) & (real >= -slack)).all()):
+        if not bool(torch.isfinite(real).all()):
+            raise SmoothrankError("matrix: NaN or infinite entry in the real block (no Sinkhorn scaling)")
+        raise SmoothrankError("matrix: negative entry in the real block (Sinkhorn scales nonnegative ones)")
     # A real row or column with no positive entry has no doubly stochastic scaling: the scaling
-    # vectors would overflow and the gradient turn NaN. Refuse it instead of returning garbage.
-    empty_rows = (k.sum(-1) <= 0) & row_mask
-    empty_cols = (k.sum(-2) <= 0) & col_mask
-    if bool(empty_rows.any() | empty_cols.any()):
-        kind, where = ("row", empty_rows) if bool(empty_rows.any()) else ("column", empty_cols)
+    # vectors would overflow and the gradient turn NaN. Refuse it instead of returning garbage; and
+    # a row or column whose sum overflows (all zeros came back).
+    row_sums, col_sums = k.detach().sum(-1), k.detach().sum(-2)
+    bad_rows = ((row_sums <= 0) | ~torch.isfinite(row_sums)) & row_mask
+    bad_cols = ((col_sums <= 0) | ~torch.isfinite(col_sums)) & col_mask
+    if bool(bad_rows.any() | bad_cols.any()):
+        rows_bad = bool(bad_rows.any())
+        kind, where, sums = ("row", bad_rows, row_sums) if rows_bad else ("column", bad_cols, col_sums)
         query, index = (int(i) for i in where.nonzero()[0])
+        if not bool(torch.isfinite(sums[query, index])):
+            raise SmoothrankError(f"matrix: the sum of real {kind} {index} of query {query} overflows "
+                                  f"{dtype}; scale the matrix down (Sinkhorn's result does not change)")
         raise SmoothrankError(f"matrix: real {kind} {index} of query {query} has no positive entry, so it "
                               "cannot be scaled to doubly stochastic (raise tiny entries, e.g. by a floor)")
     chunk = _chunk_size(matrix.shape[-1], dtype, matrix.device)

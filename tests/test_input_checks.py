@@ -5,6 +5,7 @@ empty lists and batches, half precision, and arguments of the wrong kind."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -386,3 +387,108 @@ def test_metrics_take_an_integral_float_cutoff_as_the_losses_do():
         with pytest.raises(SmoothrankError, match=r"^k: expected a positive integer or None, got 2\.5"):
             fn(s, y, k=2.5)
     assert float(losses.lambda_rank(s, y, k=3.0)) == float(losses.lambda_rank(s, y, k=3))
+
+
+# ----------------------------------------------------------------- a fuzz review (2026-11-25)
+def _contests(mask: torch.Tensor) -> torch.Tensor:
+    return softrank.pairwise_probabilities(torch.randn(mask.shape, dtype=F64), mask=mask)
+
+
+@pytest.mark.parametrize("fill", [float("nan"), 0.7])
+def test_the_contest_level_softrank_functions_ignore_the_diagonal_and_padding(fill):
+    # The normal and hybrid distributions read them (the hybrid's real rows turned NaN), while
+    # rank_distributions ignored them as documented.
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[0, 5] = False
+    pi = _contests(mask)
+    dirty = pi.clone()
+    dirty[0, 5, :] = dirty[0, :, 5] = fill
+    dirty[:, range(6), range(6)] = fill
+    for fn in (softrank.rank_distributions, softrank.normal_rank_distributions,
+               lambda p, mask: softrank.hybrid_rank_distributions(p, mask=mask, n_exact=1)):
+        assert torch.equal(fn(dirty, mask=mask), fn(pi, mask=mask))
+
+
+@pytest.mark.parametrize(("call", "argument"), [
+    (lambda pi: softrank.rank_distributions(pi * 3), "pi: contest probabilities must lie in"),
+    (lambda pi: softrank.normal_rank_distributions(-pi), "pi: contest probabilities must lie in"),
+    (lambda pi: softrank.hybrid_rank_distributions(pi.masked_fill(pi > 0.5, float("nan"))), "pi: NaN"),
+    (lambda pi: softrank.normal_rank_distributions(pi[0]), "pi: expected shape"),
+    (lambda pi: softrank.normal_rank_distributions(pi[:, :, :3]), "pi: expected shape"),
+    (lambda pi: softrank.rank_distributions(pi > 0.5), "pi: expected a floating dtype"),
+    (lambda pi: softrank.hybrid_rank_distributions(pi.long()), "pi: expected a floating dtype"),
+    (lambda pi: softrank.normal_rank_distributions(pi, max_rank=0), "max_rank"),
+    (lambda pi: softrank.normal_rank_distributions(pi, max_rank=2.5), "max_rank"),
+    (lambda pi: softrank.rank_distributions(pi, max_rank=float("nan")), "max_rank"),
+    (lambda pi: softrank.rank_distributions(pi, select=torch.ones(3, 3, dtype=torch.bool)), "select"),
+    (lambda pi: softrank.hybrid_rank_distributions(pi, n_exact=-1), "n_exact"),
+])
+def test_the_contest_level_softrank_functions_name_bad_input(call, argument):
+    # NaN passed through, values outside [0, 1] gave negative "probabilities", and the others
+    # were IndexError, TypeError or RuntimeError from inside, or were silently misread.
+    with pytest.raises(SmoothrankError, match=re.escape(argument)):
+        call(_contests(torch.ones(2, 4, dtype=torch.bool)))
+
+
+def test_lists_of_no_item_give_empty_results_everywhere():
+    # rank_distributions raised IndexError, sinkhorn IndexError, stochastic_neural_sort RuntimeError.
+    empty = torch.zeros(2, 0, 0, dtype=F64)
+    for fn in (softrank.rank_distributions, softrank.normal_rank_distributions,
+               softrank.hybrid_rank_distributions):
+        assert fn(empty).shape == (2, 0, 0)
+    assert sorting.sinkhorn(empty).shape == (2, 0, 0)
+    assert sorting.stochastic_neural_sort(torch.zeros(2, 0), n_samples=3).shape == (3, 2, 0, 0)
+
+
+def test_sinkhorn_names_negative_entries_and_overflowing_sums():
+    # A negative entry gave -inf, entries of 3e38 all zeros and NaN gradients, with no error.
+    with pytest.raises(SmoothrankError, match="negative entry"):
+        sorting.sinkhorn(torch.tensor([[[-1.0, 1, 1], [1, 1, 1], [1, 1, 1]]]))
+    with pytest.raises(SmoothrankError, match="overflows"):
+        sorting.sinkhorn(torch.full((1, 3, 3), 3e38))
+    with pytest.raises(SmoothrankError, match="pair"):
+        sorting.sinkhorn(torch.rand(1, 3, 3), mask=(torch.ones(1, 3, dtype=torch.bool),) * 3)
+    # Rounding below zero (FFT-computed probabilities) is not refused.
+    p = softrank.rank_distributions(softrank.pairwise_probabilities(torch.randn(4, 40) * 3), backend="fft")
+    assert p.min() < 0
+    assert torch.isfinite(sorting.sinkhorn(p + 1e-3)).all()
+
+
+def test_gumbel_perturb_checks_its_arguments_as_stochastic_neural_sort_does():
+    for beta in (float("nan"), float("inf"), 0.0, -1.0):
+        with pytest.raises(SmoothrankError, match="beta"):
+            sorting.gumbel_perturb(torch.zeros(2, 3), n_samples=2, beta=beta)
+    for scores in ([1.0, 2.0], torch.arange(3)):
+        with pytest.raises(SmoothrankError, match="scores"):
+            sorting.gumbel_perturb(scores, n_samples=2, beta=1.0)
+
+
+def test_list_net_gives_no_nan_when_a_target_underflows_where_log_p_is_minus_inf():
+    for dtype, big in ((torch.float32, 3e38), (F64, 1e308)):
+        s = torch.tensor([[big, -big]], dtype=dtype, requires_grad=True)
+        value = losses.list_net(s, torch.tensor([[1000.0, 0]], dtype=dtype))
+        (g,) = torch.autograd.grad(value, s)
+        assert value.item() == 0.0 and torch.equal(g, torch.zeros_like(g))
+
+
+def test_integer_scores_past_2_53_keep_their_order_in_the_metrics():
+    # Nanosecond timestamps: float64 merged them into ties (NDCG 1 for the wrong order).
+    s = torch.tensor([[1_700_000_000_000_000_000, 1_700_000_000_000_000_100]])
+    y = torch.tensor([[1, 0]])
+    assert metrics.ndcg(s, y).item() == pytest.approx(1 / math.log2(3))
+    assert metrics.pairwise_error(s, y).item() == 1.0
+    assert metrics.evaluate(s, y, metrics=["ndcg@1"])["ndcg@1"].item() == 0.0
+
+
+def test_small_argument_errors_are_named():
+    with pytest.raises(SmoothrankError, match="generator"):
+        losses.get("list_mle", generator=2**70)
+    with pytest.raises(SmoothrankError, match="metrics"):
+        metrics.evaluate(torch.rand(2, 3), torch.ones(2, 3), metrics=None)
+    with pytest.raises(SmoothrankError, match="per_query"):
+        metrics.mean_metrics([1.0])
+    # A negative discount made every ideal DCG <= 0: every query counted as empty, loss 0.
+    with pytest.raises(SmoothrankError, match="negative"):
+        losses.neural_ndcg(torch.randn(2, 4), torch.ones(2, 4), discount=lambda r: -1.0 / r)
+    with pytest.raises(SmoothrankError, match="float32"):  # 1e39 is finite, not in the scores' dtype
+        losses.list_net(torch.randn(1, 3), torch.tensor([[1e39, 0, 1]], dtype=F64))

@@ -73,7 +73,8 @@ def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, T
         raise SmoothrankError("scores: infinite value at a real (unmasked) position")
     real_labels = labels[mask]
     if not bool(torch.isfinite(real_labels).all()):
-        raise SmoothrankError("labels: non-finite value at a real (unmasked) position")
+        raise SmoothrankError("labels: non-finite value at a real (unmasked) position (read in "
+                              f"{scores.dtype}, the scores' dtype)")
 
     labels = torch.where(mask, labels, torch.zeros_like(labels))
     # Padded scores may be anything (inf, NaN): replace them so no arithmetic sees them; the
@@ -132,8 +133,9 @@ def rank_discounts(mask: Tensor, discount: Any, k: int | None, dtype: torch.dtyp
     if d.shape != ranks.shape:
         raise SmoothrankError("discount: a callable discount must be elementwise (same shape in and out)")
     used = ranks <= (m if k is None else m.clamp(max=k)).to(dtype)
-    if not bool(torch.isfinite(d[used]).all()):
-        raise SmoothrankError("discount: the discount of some rank is not finite")
+    if not bool((torch.isfinite(d[used]) & (d[used] >= 0)).all()):
+        # A negative discount makes ideal DCGs <= 0: every query would silently count as empty.
+        raise SmoothrankError("discount: the discount of some rank is not finite or is negative")
     return torch.where(used, d, torch.zeros_like(d))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from smoothrank._checks import check_generator
 from smoothrank.errors import ConfigError
 
 #: A loss: ``fn(scores, labels, *, mask=None, reduction="mean", **options) -> Tensor``.
@@ -90,7 +91,7 @@ def get(name: str, **opts: Any) -> LossFn:
     if "generator" in opts and isinstance(opts["generator"], int) and not isinstance(opts["generator"], bool):
         # A seed from a config: one generator for the life of the bound loss, so successive
         # batches draw different (but reproducible) random numbers.
-        opts["generator"] = torch.Generator().manual_seed(opts["generator"])
+        opts["generator"] = check_generator(opts["generator"])
 
     return BoundLoss(name, opts)
 

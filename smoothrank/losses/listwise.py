@@ -37,7 +37,9 @@ def list_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     target = torch.softmax(labels.masked_fill(~m, float("-inf")), dim=-1)
     log_p = _masked_log_softmax(scores, m)
     log_p = torch.where(m, log_p, torch.zeros_like(log_p))
-    per_query = -(target * log_p).sum(-1)
+    # An item whose target probability underflowed to 0 adds nothing, even where its own score is so
+    # far below the others that log_p is -inf (0 * -inf was NaN).
+    per_query = -torch.where(target > 0, target * log_p, torch.zeros_like(log_p)).sum(-1)
     return C.reduce(per_query, valid, reduction)
 
 

@@ -99,6 +99,10 @@ def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | 
     if one_query:
         s, y, m = s.unsqueeze(0), y.unsqueeze(0), m.unsqueeze(0)
     dt = _float_dtype(s, y, dtype)
+    if not s.is_floating_point():
+        # The metrics read scores only through their order and ties: integer scores (nanosecond
+        # timestamps pass 2^53, where float64 merges neighbours) are replaced by their dense ranks.
+        s = torch.unique(s, return_inverse=True)[1]
     s = s.to(dtype=dt)
     y = y.to(dtype=dt, device=s.device)
     if torch.isnan(s[m]).any():

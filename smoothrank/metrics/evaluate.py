@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,11 @@ def _one(kind: str, k: int | None, conv: Convention, args: tuple, common: dict[s
 def _metric_list(metrics: str | Iterable[str]) -> list[str]:
     if isinstance(metrics, str):
         metrics = [m for m in metrics.split(",") if m.strip()]
-    names = [m.strip().lower() for m in metrics]
+    try:
+        names = [m.strip().lower() for m in metrics]
+    except (TypeError, AttributeError):
+        raise SmoothrankError(f"metrics: expected metric names (e.g. ['ndcg@10', 'map']), "
+                              f"got {metrics!r}") from None
     if not names:
         raise SmoothrankError("metrics: no metric requested")
     return names
@@ -164,6 +168,9 @@ def _evaluate(scores: Any, labels: Any, mask: Any, metrics: str | Iterable[str],
 
 def mean_metrics(per_query: dict[str, Tensor]) -> dict[str, float]:
     """Mean of each metric over the queries it scores (NaN = skipped; NaN if all are skipped)."""
+    if not isinstance(per_query, Mapping):
+        raise SmoothrankError("per_query: expected a mapping {metric: per-query values} (what evaluate "
+                              f"returns), got {type(per_query).__name__}")
     result: dict[str, float] = {}
     for name, values in per_query.items():
         v = torch.as_tensor(values, dtype=torch.float64)

@@ -15,12 +15,13 @@ from smoothrank._checks import (
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.normal import (
-    hybrid_rank_distributions,
+    _hybrid_rank_distributions,
+    check_n_exact,
     score_hybrid_rank_distributions,
     score_normal_rank_distributions,
 )
 from smoothrank.softrank.pairwise import check_sigma, default_mask, pairwise_probabilities
-from smoothrank.softrank.rank_binomial import can_fuse, rank_distributions, score_rank_distributions
+from smoothrank.softrank.rank_binomial import _rank_distributions, can_fuse, score_rank_distributions
 
 METHODS = ("exact", "normal", "hybrid")
 
@@ -29,12 +30,6 @@ def check_method(method: str) -> str:
     if method not in METHODS:
         raise SmoothrankError(f"method: expected one of {METHODS}, got {method!r}")
     return method
-
-
-def check_n_exact(n_exact: int) -> int:
-    if isinstance(n_exact, bool) or not isinstance(n_exact, int) or n_exact < 0:
-        raise SmoothrankError(f"n_exact: expected an integer >= 0, got {n_exact!r}")
-    return n_exact
 
 
 def sinkhorn_rank_matrix(p: Tensor, mask: Tensor | None = None, *, max_iter: int = 30,
@@ -127,11 +122,11 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
         if sinkhorn:
             p = sinkhorn_rank_matrix(p, mask, max_iter=max_iter, tol=tol)[..., :n_ranks]
         return p
-    pi = pairwise_probabilities(scores, sigma=sigma, mask=mask)
+    pi = pairwise_probabilities(scores, sigma=sigma, mask=mask)  # valid, 0 on the diagonal and padding
     if method == "exact":
-        p = rank_distributions(pi, mask=mask, max_rank=inner_ranks, backend=backend)
+        p = _rank_distributions(pi, mask, inner_ranks, backend=backend)
     else:
-        p = hybrid_rank_distributions(pi, mask=mask, max_rank=inner_ranks, n_exact=n_exact, backend=backend)
+        p = _hybrid_rank_distributions(pi, mask, inner_ranks, n_exact=n_exact, backend=backend)
     if sinkhorn:
         p = sinkhorn_rank_matrix(p, mask, max_iter=max_iter, tol=tol)[..., :n_ranks]
     return p

@@ -30,8 +30,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from smoothrank import _blocks
-from smoothrank.softrank.pairwise import contest_block, default_mask, normal_cdf
-from smoothrank.softrank.rank_binomial import rank_distributions
+from smoothrank.errors import SmoothrankError
+from smoothrank.softrank.pairwise import check_contest_matrix, contest_block, normal_cdf
+from smoothrank.softrank.rank_binomial import _rank_distributions
 
 VARIANCE_FLOOR = 1e-6
 
@@ -55,9 +56,11 @@ def normal_rank_distributions(pi: Tensor, *, mask: Tensor | None = None,
         Zero rows for padded documents and zero columns for ranks ``>= n_b`` (the number of real
         items of the query); differentiable through ``pi`` by autograd (``O(batch n R)`` memory).
     """
-    n = pi.shape[-1]
-    mask = default_mask(pi[:, 0, :], mask)
-    n_ranks = n if max_rank is None else min(int(max_rank), n)
+    return _normal_rank_distributions(*check_contest_matrix(pi, mask, max_rank))
+
+
+def _normal_rank_distributions(pi: Tensor, mask: Tensor, n_ranks: int) -> Tensor:
+    """:func:`normal_rank_distributions` on checked inputs (``pi`` zero on its diagonal and padding)."""
     return normal_from_moments(pi.sum(dim=1), (pi * (1.0 - pi)).sum(dim=1), mask, n_ranks)
 
 
@@ -101,6 +104,12 @@ def _extreme_documents(mean: Tensor, mask: Tensor, n_exact: int) -> Tensor:
     return chosen
 
 
+def check_n_exact(n_exact: int) -> int:
+    if isinstance(n_exact, bool) or not isinstance(n_exact, int) or n_exact < 0:
+        raise SmoothrankError(f"n_exact: expected an integer >= 0, got {n_exact!r}")
+    return n_exact
+
+
 def hybrid_rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_rank: int | None = None,
                               n_exact: int = 10, backend: str = "auto") -> Tensor:
     """Exact distributions for the ``n_exact`` best and ``n_exact`` worst documents, normal otherwise.
@@ -109,11 +118,20 @@ def hybrid_rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_ran
     with ``2 n_exact >= n_b`` every document of the query is exact. Gradients flow through both
     parts (the choice of documents itself is piecewise constant).
     """
-    mask = default_mask(pi[:, 0, :], mask)
+    n_exact = check_n_exact(n_exact)
+    return _hybrid_rank_distributions(*check_contest_matrix(pi, mask, max_rank), n_exact=n_exact,
+                                      backend=backend)
+
+
+def _hybrid_rank_distributions(pi: Tensor, mask: Tensor, n_ranks: int, *, n_exact: int,
+                               backend: str = "auto") -> Tensor:
+    """:func:`hybrid_rank_distributions` on checked inputs (``pi`` zero on its diagonal and padding)."""
+    if pi.shape[-1] == 0:
+        return pi.new_zeros(pi.shape[0], 0, n_ranks)
     with torch.no_grad():
         select = _extreme_documents(pi.sum(dim=1), mask, n_exact)
-    exact = rank_distributions(pi, mask=mask, max_rank=max_rank, select=select, backend=backend)
-    approx = normal_rank_distributions(pi, mask=mask, max_rank=max_rank)
+    exact = _rank_distributions(pi, mask, n_ranks, select=select, backend=backend)
+    approx = _normal_rank_distributions(pi, mask, n_ranks)
     return torch.where(select[..., None], exact, approx)
 
 

@@ -17,7 +17,8 @@ import math
 import torch
 from torch import Tensor
 
-from smoothrank._checks import check_mask, check_positive, check_scores_mask, within_dtype
+from smoothrank._checks import check_mask, check_positive, check_positive_int, check_scores_mask, within_dtype
+from smoothrank.errors import SmoothrankError
 
 
 def check_sigma(sigma: float) -> float:
@@ -36,6 +37,32 @@ def pair_mask(mask: Tensor) -> Tensor:
     n = mask.shape[-1]
     off_diagonal = ~torch.eye(n, dtype=torch.bool, device=mask.device)
     return mask[:, :, None] & mask[:, None, :] & off_diagonal
+
+
+def check_contest_matrix(pi: object, mask: Tensor | None, max_rank: object) -> tuple[Tensor, Tensor, int]:
+    """Checked ``(pi, mask, R)`` for the functions that take contest probabilities.
+
+    ``pi`` must be a floating ``(batch, n, n)`` tensor whose contests between real items are
+    probabilities (finite, in [0, 1]); its diagonal and padded rows and columns are ignored
+    (returned as zeros). ``R`` is ``min(max_rank, n)`` (``n`` when None; at least 1).
+    """
+    if not isinstance(pi, Tensor):
+        raise SmoothrankError(f"pi: expected a torch.Tensor, got {type(pi).__name__}")
+    if pi.dim() != 3 or pi.shape[1] != pi.shape[2]:
+        raise SmoothrankError(f"pi: expected shape (batch, n, n), got {tuple(pi.shape)}")
+    if not pi.is_floating_point():
+        raise SmoothrankError(f"pi: expected a floating dtype, got {pi.dtype}")
+    mask = check_mask(mask, pi.diagonal(dim1=1, dim2=2), name="pi's lists")
+    real = pair_mask(mask)
+    contests = pi.detach()[real]
+    if not bool(torch.isfinite(contests).all()):
+        raise SmoothrankError("pi: NaN or infinite contest probability between real items")
+    if contests.numel() and not (0.0 <= float(contests.amin()) and float(contests.amax()) <= 1.0):
+        raise SmoothrankError(f"pi: contest probabilities must lie in [0, 1], got values from "
+                              f"{float(contests.amin()):g} to {float(contests.amax()):g}")
+    n = pi.shape[-1]
+    n_ranks = n if max_rank is None else check_positive_int(max_rank, "max_rank")
+    return torch.where(real, pi, torch.zeros_like(pi)), mask, min(n_ranks, max(n, 1))
 
 
 def normal_cdf(x: Tensor) -> Tensor:

@@ -69,7 +69,7 @@ from torch import Tensor
 
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
-from smoothrank.softrank.pairwise import contest_block, default_mask, pair_mask
+from smoothrank.softrank.pairwise import check_contest_matrix, contest_block, pair_mask
 
 BACKENDS = ("auto", "numba", "torch", "fft")
 
@@ -314,18 +314,20 @@ def rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_rank: int 
     Tensor, shape (batch, n, R)
         Each real row sums to 1 when ``R >= n_real``; differentiable with respect to ``pi``.
     """
-    if pi.dim() != 3 or pi.shape[1] != pi.shape[2]:
-        raise SmoothrankError(f"pi: expected shape (batch, n, n), got {tuple(pi.shape)}")
+    pi, mask, n_ranks = check_contest_matrix(pi, mask, max_rank)
+    if select is not None and (not isinstance(select, Tensor) or select.shape != mask.shape):
+        shape = tuple(select.shape) if isinstance(select, Tensor) else type(select).__name__
+        raise SmoothrankError(f"select: expected a bool tensor of shape {tuple(mask.shape)}, got {shape}")
+    return _rank_distributions(pi, mask, n_ranks, select=select, backend=backend)
+
+
+def _rank_distributions(pi: Tensor, mask: Tensor, n_ranks: int, *, select: Tensor | None = None,
+                        backend: str = "auto") -> Tensor:
+    """:func:`rank_distributions` on checked inputs (``pi`` zero on its diagonal and padding)."""
     batch, n, _ = pi.shape
-    mask = default_mask(pi[:, 0, :], mask)
     select = mask if select is None else select.to(device=pi.device, dtype=torch.bool) & mask
-    n_ranks = n if max_rank is None else int(max_rank)
-    if n_ranks < 1:
-        raise SmoothrankError(f"max_rank: expected a positive integer, got {max_rank!r}")
-    n_ranks = min(n_ranks, max(n, 1))
     if n == 0:
         return pi.new_zeros(batch, 0, n_ranks)
-    pi = torch.where(pair_mask(mask), pi, torch.zeros_like(pi))
     return RankBinomial.apply(pi, mask, select, n_ranks, resolve_backend(pi, backend))
 
 
