@@ -14,6 +14,9 @@ Discounts (``discount=``), for 1-based ranks r:
     ``"linear"``  |S| - r, the NDCG^beta weights of the ECML/PKDD 2010 Discovery Challenge
                   (Jin & Geng, eq. 1), |S| the number of real items in the list
     a callable    ``f(ranks: Tensor) -> Tensor``, elementwise on 1-based float ranks
+    a mapping     ``{"shallow": ALPHA, "n": N}``: SoftRank's shallower training discount
+                  :func:`smoothrank.softrank.shallow_discount` ``(ALPHA, N)`` (section 4.7), the
+                  form a config file holds
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ import torch
 from torch import Tensor
 
 __all__ = ["DISCOUNT_NAMES", "GAIN_NAMES", "DiscountLike", "GainLike", "check_discount", "check_gain",
-           "discount", "gain"]
+           "discount", "gain", "shallow_from_mapping"]
 
 GainLike = str | Mapping[float, float] | Callable[[Tensor], Tensor]
-DiscountLike = str | Callable[[Tensor], Tensor]
+DiscountLike = str | Mapping[str, float] | Callable[[Tensor], Tensor]
 
 GAIN_NAMES = ("exp2", "linear")
 DISCOUNT_NAMES = ("log2", "letor", "linear")
@@ -61,9 +64,27 @@ def check_discount(spec: DiscountLike, *, argument: str = "discount") -> None:
     if isinstance(spec, str):
         if spec not in DISCOUNT_NAMES:
             raise ValueError(f"{argument}: unknown discount {spec!r}; expected one of "
-                             f"{DISCOUNT_NAMES} or a callable")
+                             f"{DISCOUNT_NAMES}, {{'shallow': ALPHA, 'n': N}} or a callable")
+    elif isinstance(spec, Mapping):
+        shallow_from_mapping(spec, argument=argument)
     elif not callable(spec):
-        raise ValueError(f"{argument}: expected a name or a callable, got {type(spec).__name__}")
+        raise ValueError(f"{argument}: expected a name, {{'shallow': ALPHA, 'n': N}} or a callable, "
+                         f"got {type(spec).__name__}")
+
+
+def shallow_from_mapping(spec: Mapping[str, float], *, argument: str = "discount"
+                         ) -> Callable[[Tensor], Tensor]:
+    """The discount ``{"shallow": ALPHA, "n": N}`` stands for: ``shallow_discount(ALPHA, N)``."""
+    if set(spec) != {"shallow", "n"}:
+        raise ValueError(f"{argument}: expected a name or {{shallow: ALPHA, n: N}} (SoftRank's shallower "
+                         f"discounts) as a mapping, got {dict(spec)!r}")
+    from smoothrank.errors import SmoothrankError
+    from smoothrank.softrank.discounts import shallow_discount
+
+    try:
+        return shallow_discount(spec["shallow"], spec["n"])
+    except SmoothrankError as err:
+        raise ValueError(f"{argument}: {err}") from None
 
 
 def gain(labels: Tensor, spec: GainLike = "exp2") -> Tensor:
@@ -104,4 +125,6 @@ def discount(ranks: Tensor, spec: DiscountLike = "log2", *, list_size: Tensor | 
         if list_size is None:
             raise ValueError("discount: 'linear' needs list_size (the number of items |S|)")
         return torch.as_tensor(list_size, dtype=ranks.dtype, device=ranks.device) - ranks
+    if isinstance(spec, Mapping):
+        return shallow_from_mapping(spec)(ranks)
     return spec(ranks)  # type: ignore[operator]

@@ -492,3 +492,19 @@ def test_small_argument_errors_are_named():
         losses.neural_ndcg(torch.randn(2, 4), torch.ones(2, 4), discount=lambda r: -1.0 / r)
     with pytest.raises(SmoothrankError, match="float32"):  # 1e39 is finite, not in the scores' dtype
         losses.list_net(torch.randn(1, 3), torch.tensor([[1e39, 0, 1]], dtype=F64))
+
+
+def test_the_shallow_discount_mapping_works_in_direct_calls_too():
+    # {"shallow": A, "n": N} worked through losses.get and configs only; a direct call refused it.
+    s, y = torch.randn(3, 8, dtype=F64), torch.randint(0, 3, (3, 8)).double()
+    form, built = {"shallow": 0.5, "n": 8}, softrank.shallow_discount(0.5, 8)
+    for name in ("neural_ndcg", "soft_ndcg", "approx_ndcg", "lambda_rank"):
+        fn = getattr(losses, name)
+        assert torch.equal(fn(s, y, discount=form), fn(s, y, discount=built)), name
+    assert torch.equal(metrics.ndcg(s, y, discount=form), metrics.ndcg(s, y, discount=built))
+    for bad, message in (({"alpha": 0.5}, "expected a name or"), ({"shallow": 2, "n": 8}, "alpha"),
+                         ({"shallow": 0.5, "n": 0}, "n: expected")):
+        with pytest.raises(SmoothrankError, match=message):
+            losses.neural_ndcg(s, y, discount=bad)
+        with pytest.raises(SmoothrankError, match=message):
+            metrics.ndcg(s, y, discount=bad)

@@ -65,11 +65,12 @@ def resolve_config_forms(opts: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     form = opts.get("discount")
     if not isinstance(form, dict):
         return opts, False
-    if set(form) != {"shallow", "n"}:
-        raise ConfigError(f"options.discount: expected a name or {{shallow: ALPHA, n: N}}, got {form!r}")
-    from smoothrank.softrank import shallow_discount
+    from smoothrank.gains import shallow_from_mapping
 
-    return {**opts, "discount": shallow_discount(form["shallow"], form["n"])}, True
+    try:
+        return {**opts, "discount": shallow_from_mapping(form, argument="options.discount")}, True
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def get(name: str, **opts: Any) -> LossFn:
