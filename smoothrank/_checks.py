@@ -101,8 +101,10 @@ def check_mask(mask: Any, scores: torch.Tensor, *, name: str = "scores") -> torc
     """The boolean mask (True = real item) on the scores' device; all True when ``mask`` is None."""
     if mask is None:
         return torch.ones_like(scores, dtype=torch.bool)
+    if isinstance(mask, np.ndarray) and mask.dtype == np.bool_:  # as the metrics take it
+        mask = torch.from_numpy(np.ascontiguousarray(mask))
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise SmoothrankError("mask: expected a boolean torch.Tensor (True = real item)")
+        raise SmoothrankError("mask: expected a boolean torch.Tensor or numpy array (True = real item)")
     if mask.shape != scores.shape:
         raise SmoothrankError(f"mask: shape {tuple(mask.shape)} differs from {name} {tuple(scores.shape)}")
     return mask.to(scores.device)

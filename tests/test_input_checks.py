@@ -508,3 +508,13 @@ def test_the_shallow_discount_mapping_works_in_direct_calls_too():
             losses.neural_ndcg(s, y, discount=bad)
         with pytest.raises(SmoothrankError, match=message):
             metrics.ndcg(s, y, discount=bad)
+
+
+def test_the_losses_take_a_numpy_mask_as_the_metrics_do():
+    s, y = torch.randn(2, 5), torch.tensor([[2.0, 0, 1, 0, 0], [0, 1, 0, 0, 0]])
+    mask = np.array([[True] * 5, [True, True, True, False, False]])
+    for name in ("neural_ndcg", "soft_ndcg", "rank_net", "list_mle"):
+        fn = losses.get(name, **({"generator": 0} if name == "list_mle" else {}))
+        assert torch.equal(fn(s, y, mask=mask), fn(s, y, mask=torch.from_numpy(mask))), name
+    with pytest.raises(SmoothrankError, match="mask"):
+        losses.neural_ndcg(s, y, mask=mask.astype(int))
