@@ -430,6 +430,13 @@ def test_the_contest_level_softrank_functions_name_bad_input(call, argument):
         call(_contests(torch.ones(2, 4, dtype=torch.bool)))
 
 
+def test_gradcheck_of_saturated_contests_is_not_refused():
+    # At a small sigma the contests are exactly 0 or 1, and gradcheck's perturbations step past them.
+    pi = softrank.pairwise_probabilities(torch.tensor([[0.0, 10, 20, 30]], dtype=F64), sigma=0.1)
+    for fn in (softrank.rank_distributions, softrank.normal_rank_distributions):
+        assert torch.autograd.gradcheck(fn, (pi.clone().requires_grad_(),))
+
+
 def test_lists_of_no_item_give_empty_results_everywhere():
     # rank_distributions raised IndexError, sinkhorn IndexError, stochastic_neural_sort RuntimeError.
     empty = torch.zeros(2, 0, 0, dtype=F64)
@@ -448,10 +455,14 @@ def test_sinkhorn_names_negative_entries_and_overflowing_sums():
         sorting.sinkhorn(torch.full((1, 3, 3), 3e38))
     with pytest.raises(SmoothrankError, match="pair"):
         sorting.sinkhorn(torch.rand(1, 3, 3), mask=(torch.ones(1, 3, dtype=torch.bool),) * 3)
+    # The tolerance is per query: a large query beside it does not let a clearly negative one through.
+    bad = torch.tensor([[[-0.5, 1, 1], [1, 1, 1], [1, 1, 1]]])
+    with pytest.raises(SmoothrankError, match="negative entry"):
+        sorting.sinkhorn(torch.cat([bad, torch.full((1, 3, 3), 1000.0)]))
     # Rounding below zero (FFT-computed probabilities) is not refused.
     p = softrank.rank_distributions(softrank.pairwise_probabilities(torch.randn(4, 40) * 3), backend="fft")
     assert p.min() < 0
-    assert torch.isfinite(sorting.sinkhorn(p + 1e-3)).all()
+    assert torch.isfinite(sorting.sinkhorn(p)).all()
 
 
 def test_gumbel_perturb_checks_its_arguments_as_stochastic_neural_sort_does():

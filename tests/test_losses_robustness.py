@@ -195,10 +195,10 @@ _NDCG_LOSSES = ["neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "lambda_
 @pytest.mark.parametrize("name", _NDCG_LOSSES)
 @pytest.mark.parametrize("opts", [{}, {"k": 1}, {"discount": "linear"}, {"stochastic": True}])
 def test_large_finite_gains_do_not_overflow_the_ideal_dcg(name: str, opts: dict) -> None:
-    # Label 127 has the finite float32 gain 2^127 - 1, but two of them sum to inf: IDCG = inf gave
-    # NaN (NeuralNDCG, SoftNDCG), 0 for a query worth -1 (ApproxNDCG) and inf (LambdaRank, stochastic
-    # NeuralNDCG; fuzz review of 2026-11-25). The losses are ratios of sums of gains: float32 must
-    # now give what float64 (whose range holds these sums) gives.
+    # Label 127 has the finite float32 gain 2^127 - 1, but two of them sum to inf: IDCG = inf made
+    # the query count 0 with no gradient (default options), NaN (discount="linear") or inf
+    # (LambdaRank at k=1, stochastic NeuralNDCG; fuzz review of 2026-11-25). The losses are ratios of
+    # sums of gains: float32 must now give what float64 (whose range holds these sums) gives.
     if ("stochastic" in opts and not name.startswith("neural")) or ("k" in opts and name == "approx_ndcg"):
         return
     opts = {**opts, "generator": 0} if "stochastic" in opts else opts
@@ -224,14 +224,31 @@ def test_gain_scaling_is_by_a_power_of_two_so_scaled_gains_give_the_same_bits() 
                        / torch.tensor([[16.0], [1], [2]]))
     assert torch.isfinite(scaled[3]).all() and scaled[3, 0] < 4  # 2^-126: the smallest normal power
     assert torch.equal(scale_rows_to_unit(g.double())[0], g[0].double() / 16)
-    # NDCG and its surrogates do not change when every gain is multiplied by 2^40: the same bits.
+
+
+
+def test_gain_scaling_changes_no_bit_of_ordinary_losses_and_metrics(monkeypatch):
+    # The scaling is there for overflow only: with it switched off, ordinary labels must give the
+    # same bits (a scaling that is not a power of two, e.g. by the largest gain, would not).
+    from smoothrank import metrics
+    from smoothrank.metrics import _ranking
+
+    torch.manual_seed(0)
     scores, labels = torch.randn(8, 12), torch.randint(0, 5, (8, 12)).float()
-    gain = {float(y): 2.0**y - 1 for y in range(5)}
-    for name in _NDCG_LOSSES:
-        plain = losses.get(name, gain=gain)(scores, labels, reduction="none")
-        big = {y: g * 2.0**40 for y, g in gain.items()}
-        big = losses.get(name, gain=big)(scores, labels, reduction="none")
-        assert torch.equal(plain, big), name
+    mask = torch.rand(8, 12) > 0.2
+
+    def run() -> list[torch.Tensor]:
+        out = []
+        for name in _NDCG_LOSSES:
+            for opts in ({}, {"gain": "linear"}, {"discount": "linear"}):
+                x = scores.clone().requires_grad_()
+                value = losses.get(name, **opts)(x, labels, mask=mask, reduction="none")
+                out += [value.detach(), *torch.autograd.grad(value.sum(), x)]
+        return out + [metrics.ndcg(scores, labels, mask=mask, k=k, reduction="none") for k in (None, 3)]
+
+    scaled = run()
+    monkeypatch.setattr(_ranking, "scale_rows_to_unit", lambda g: g)
+    assert all(torch.equal(a, b) for a, b in zip(scaled, run(), strict=True))
 
 
 @pytest.mark.parametrize("name", [*NAMES, "soft_ndcg"])

@@ -187,7 +187,10 @@ def scale_rows_to_unit(gains: Tensor) -> Tensor:
         return gains
     int_dtype, mantissa_bits, bias = layout
     top = gains.amax(-1, keepdim=True)
-    exponent = torch.frexp(top).exponent.to(int_dtype)
+    # frexp's exponent (top = m 2^e, m in [0.5, 1)) read off the bits, as torch.frexp is missing on
+    # some devices (Apple's MPS); a subnormal top reads as -(bias - 1), which the clamp allows.
+    field = (top.view(int_dtype) >> mantissa_bits) & (2 * bias + 1)
+    exponent = field - (bias - 1)
     # 2^-exponent must be a normal number: exponent in [-bias, bias - 1].
     exponent = torch.where(top > 0, exponent, torch.zeros_like(exponent)).clamp(-bias, bias - 1)
     return gains * ((bias - exponent) << mantissa_bits).view(gains.dtype)
