@@ -78,13 +78,9 @@ def shallow_from_mapping(spec: Mapping[str, float], *, argument: str = "discount
     if set(spec) != {"shallow", "n"}:
         raise ValueError(f"{argument}: expected a name or {{shallow: ALPHA, n: N}} (SoftRank's shallower "
                          f"discounts) as a mapping, got {dict(spec)!r}")
-    from smoothrank.errors import SmoothrankError
     from smoothrank.softrank.discounts import shallow_discount
 
-    try:
-        return shallow_discount(spec["shallow"], spec["n"])
-    except SmoothrankError as err:
-        raise ValueError(f"{argument}: {err}") from None
+    return shallow_discount(spec["shallow"], spec["n"])  # its errors name alpha or n
 
 
 def gain(labels: Tensor, spec: GainLike = "exp2") -> Tensor:

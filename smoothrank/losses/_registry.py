@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from smoothrank._checks import check_generator
-from smoothrank.errors import ConfigError
+from smoothrank.errors import ConfigError, SmoothrankError
 
 #: A loss: ``fn(scores, labels, *, mask=None, reduction="mean", **options) -> Tensor``.
 LossFn = Callable[..., Tensor]
@@ -69,6 +69,8 @@ def resolve_config_forms(opts: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 
     try:
         return {**opts, "discount": shallow_from_mapping(form, argument="options.discount")}, True
+    except SmoothrankError:
+        raise  # shallow_discount's own, naming alpha or n
     except ValueError as err:
         raise ConfigError(str(err)) from None
 
