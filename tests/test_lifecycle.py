@@ -261,7 +261,7 @@ def test_a_runs_warning_reaches_the_caller_naming_the_run(letor, tmp_path, worke
 
 
 @contextlib.contextmanager
-def _parallel_grid(letor, tmp_path, *, runs: int, started: int):
+def _parallel_grid(letor, tmp_path, *, runs: int, started: int, epochs: int = 60):
     """``smoothrank experiment --workers 2`` on ``runs`` slow runs in a new process group, yielded
     once ``started`` runs have a checkpoint: (process, output folder, command). Whatever the test
     asserts, the group is killed at the end, so that a failing test leaves no worker behind."""
@@ -277,7 +277,7 @@ def _parallel_grid(letor, tmp_path, *, runs: int, started: int):
     spec.write_text(yaml.safe_dump({
         "name": "stop", "baseline": "list_net-mlp", "seeds": list(range(runs)), "num_threads": 1,
         "datasets": [{"name": "small", **{k: str(letor[k]) for k in ("train", "valid", "test")}}],
-        "neural": {"training": {"epochs": 60, "batch_size": 8, "list_size": 16}},
+        "neural": {"training": {"epochs": epochs, "batch_size": 8, "list_size": 16}},
         "losses": ["list_net"], "models": [{"label": "mlp", "kind": "mlp", "hidden": [256, 256]}],
     }))
     out = tmp_path / "out"
@@ -329,13 +329,15 @@ def test_a_signal_to_the_parent_alone_stops_the_workers_too(letor, tmp_path, sig
     import signal
     import time
 
-    with _parallel_grid(letor, tmp_path, runs=4, started=2) as (proc, out, _):
+    # Runs far longer than the test (never finished: the group is killed): with 60 epochs one run
+    # could end while the other worker was still starting (seen once in a CI run on 2026-11-25).
+    with _parallel_grid(letor, tmp_path, runs=4, started=2, epochs=100_000) as (proc, out, _):
         proc.send_signal(getattr(signal, signame))  # the parent only, not its process group
         err = proc.communicate(timeout=300)[1].decode()
         assert proc.returncode == status, err
         assert f"smoothrank: {what}; run the same command again" in err and "Traceback" not in err, err
         # The workers are in the parent's (new) process group: it must empty within seconds, long
-        # before either run could finish its 60 epochs.
+        # before either run could finish its epochs.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
