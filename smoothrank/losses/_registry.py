@@ -115,8 +115,8 @@ class BoundLoss:
         self.loss_name, self.options, self._fn = name, dict(options), fn
         self.__name__, self.__qualname__ = fn.__name__, fn.__qualname__
         self.__doc__, self.__wrapped__ = fn.__doc__, fn
-        self.__signature__ = inspect.signature(BoundLoss.__call__).replace(
-            parameters=list(inspect.signature(BoundLoss.__call__).parameters.values())[1:])
+        call = inspect.signature(BoundLoss.__call__)
+        self.__signature__ = call.replace(parameters=list(call.parameters.values())[1:])  # without self
         self.__annotations__ = dict(BoundLoss.__call__.__annotations__)
 
     def __call__(self, scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,

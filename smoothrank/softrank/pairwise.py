@@ -58,9 +58,10 @@ def check_contest_matrix(pi: object, mask: Tensor | None, max_rank: object) -> t
     if not bool(torch.isfinite(contests).all()):
         raise SmoothrankError("pi: NaN or infinite contest probability between real items")
     # A rounding or gradcheck's perturbation (1e-6) past 0 or 1 is not refused.
-    if contests.numel() and not (-1e-3 <= float(contests.amin()) and float(contests.amax()) <= 1.0 + 1e-3):
-        raise SmoothrankError(f"pi: contest probabilities must lie in [0, 1], got values from "
-                              f"{float(contests.amin()):g} to {float(contests.amax()):g}")
+    low, high = (float(contests.amin()), float(contests.amax())) if contests.numel() else (0.0, 1.0)
+    if not (-1e-3 <= low and high <= 1.0 + 1e-3):
+        raise SmoothrankError(f"pi: contest probabilities must lie in [0, 1], got values from {low:g} "
+                              f"to {high:g}")
     n = pi.shape[-1]
     n_ranks = n if max_rank is None else check_positive_int(max_rank, "max_rank")
     return torch.where(real, pi, torch.zeros_like(pi)), mask, min(n_ranks, max(n, 1))
