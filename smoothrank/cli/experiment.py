@@ -31,6 +31,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--correction", choices=("none", "holm", "bh"), default=None,
                         help="adjust the baseline t-tests' p-values over the methods, per metric, in the "
                              "summaries (default: the spec's correction, itself none by default)")
+    parser.add_argument("--reuse", action="append", default=[], metavar="DIR",
+                        help="another experiment's output folder whose finished runs of the same run id and "
+                             "fingerprint (same settings and data) are copied in instead of being run again; "
+                             "for a refit spec, a run without refit lends its selection training. "
+                             "Repeatable: the first folder that has a run wins")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(func=run)
@@ -58,11 +63,16 @@ def _workers(text: str, num_threads: int) -> int:
 
 def run(args: Any) -> int:
     from smoothrank.experiments import expand, load_spec
+    from smoothrank.experiments.reuse import check_sources, find_reusable
     from smoothrank.experiments.runner import check_out_dir, finished_result
 
     if args.out is not None and not args.out.strip():
         raise CLIError("--out: expected a folder path, got an empty one")
     spec = load_spec(args.spec)
+    for folder in args.reuse:
+        if not folder.strip():
+            raise CLIError("--reuse: expected a folder path, got an empty one")
+    check_sources(args.reuse)  # before anything is written to --out
     args.workers = _workers(args.workers, spec.num_threads)
     out = Path(args.out) if args.out is not None else Path("runs") / "experiments" / spec.name
     if args.dry_run:
@@ -71,11 +81,17 @@ def run(args: Any) -> int:
         check_out_dir(spec, out)  # what the run would refuse, the dry run refuses
         cells = expand(spec)
         finished = {cell.run_id for cell in cells if finished_result(cell, out) is not None}
+        reusable = {r.cell.run_id: r for r in find_reusable(cells, out, args.reuse)}
         for cell in cells:
             state = "finished" if cell.run_id in finished else "to run"
             if state == "to run" and (out / "runs" / cell.run_id / "train" / "checkpoint.pt").is_file():
                 state = "to run (resumes from its checkpoint)"
+            elif cell.run_id in reusable:
+                reuse = reusable[cell.run_id]
+                state = f"finished ({reuse.describe()})" if reuse.part == "run" else \
+                    f"to run (the refit only; {reuse.describe()})"
             print(f"{cell.run_id}\t{state}")
+        finished |= {run_id for run_id, r in reusable.items() if r.part == "run"}
         for plan in plan_ensembles(spec, cells):
             state = ensemble_state(plan, out, finished, convention=spec.convention)
             print(f"{plan.ensemble_id}\tensemble, {state}")
@@ -89,18 +105,21 @@ def run(args: Any) -> int:
 def _run_locked(args: Any, spec: Any, out: Path) -> int:
     from smoothrank.experiments import expand, run_experiment, write_reports
     from smoothrank.experiments.ensemble import plan_ensembles
+    from smoothrank.experiments.reuse import apply_reuse, find_reusable
     from smoothrank.experiments.runner import PLAN_FILE, check_out_dir
-
-    check_out_dir(spec, out)  # again under the lock: another command may have run in between
-    write_bytes_atomic(out / "spec.yaml", Path(args.spec).read_bytes())
-    cells = expand(spec)  # what `compare` reads of this folder, as the summary does
-    plan = {"runs": [c.run_id for c in cells],
-            "ensembles": [p.ensemble_id for p in plan_ensembles(spec, cells)]}
-    write_bytes_atomic(out / PLAN_FILE, (json.dumps(plan, indent=1) + "\n").encode())
 
     def log(message: str) -> None:
         if not args.quiet:
             print(message, file=sys.stderr, flush=True)
+
+    check_out_dir(spec, out)  # again under the lock: another command may have run in between
+    write_bytes_atomic(out / "spec.yaml", Path(args.spec).read_bytes())
+    cells = expand(spec)  # what `compare` reads of this folder, as the summary does
+    if args.reuse:
+        apply_reuse(find_reusable(cells, out, args.reuse), out, log=log)
+    plan = {"runs": [c.run_id for c in cells],
+            "ensembles": [p.ensemble_id for p in plan_ensembles(spec, cells)]}
+    write_bytes_atomic(out / PLAN_FILE, (json.dumps(plan, indent=1) + "\n").encode())
 
     outcome = run_experiment(spec, out, workers=args.workers, log=log)
     command = "smoothrank experiment " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \

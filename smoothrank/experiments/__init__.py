@@ -8,6 +8,8 @@
 * :mod:`~smoothrank.experiments.ensemble`: seed ensembles and blends, :func:`combine_scores`.
 * :mod:`~smoothrank.experiments.stacking`: learned blends, :func:`fit_blend` / :func:`fit_blend_weights`.
 * :mod:`~smoothrank.experiments.report`: :func:`write_reports` (Markdown, CSV, JSON).
+* :mod:`~smoothrank.experiments.reuse`: :func:`find_reusable` / :func:`apply_reuse`, finished runs of
+  another output folder (``--reuse``).
 
 See ``docs/EXPERIMENTS.md``.
 """

@@ -1,0 +1,172 @@
+"""``smoothrank experiment SPEC --reuse DIR``: finished runs of another folder with the same run id
+and fingerprint are copied in, not run again; runs of other settings are left alone; a refit spec
+takes a plain run's selection training; the folder's own runs are never replaced."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+from conftest import two_method_spec, write_synthetic_folds
+
+from smoothrank.cli import main as cli_main
+from smoothrank.experiments.ensemble import read_scores
+
+_NEURAL = "syn--files--neural_ndcg-linear--seed{}"
+_GBDT = "syn--files--lightgbm-lambdarank--seed{}"
+
+
+@pytest.fixture(scope="module")
+def letor_files(tmp_path_factory):
+    return write_synthetic_folds(tmp_path_factory.mktemp("letor_reuse"), seed=7, queries=(14, 8, 6),
+                                 docs=8, n_features=4, noise=0.5)
+
+
+def _spec_file(path, letor_files, **extra):
+    path.write_text(yaml.safe_dump(two_method_spec(letor_files, **extra)))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def source(letor_files, tmp_path_factory):
+    """A finished experiment of seed 0 only: the folder other experiments reuse from."""
+    root = tmp_path_factory.mktemp("reuse_source")
+    spec = _spec_file(root / "source.yaml", letor_files, seeds=[0])
+    assert cli_main(["experiment", spec, "--out", str(root / "out"), "--quiet"]) == 0
+    return root / "out"
+
+
+def _result(out, run_id):
+    return (out / "runs" / run_id / "result.json").read_bytes()
+
+
+def test_runs_of_the_same_fingerprint_are_copied_the_rest_run(letor_files, source, tmp_path, capsys):
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files)  # seeds 0 and 1
+    out = tmp_path / "out"
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert f"reused from {source}: 2 finished run(s), 0 selection training(s)" in captured.err
+    assert "2 run(s) done, 2 skipped (finished before)" in captured.out
+    for run_id in (_NEURAL.format(0), _GBDT.format(0)):  # the very same runs, not new ones
+        assert _result(out, run_id) == _result(source, run_id)
+    assert (out / "runs" / _NEURAL.format(0) / "train" / "model.pt").is_file()
+    for run_id in (_NEURAL.format(1), _GBDT.format(1)):
+        assert json.loads(_result(out, run_id))["seed"] == 1
+    assert not list((out / "runs").glob(".reuse-*"))
+    # A second command finds everything finished and reuses nothing.
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert "reused from" not in captured.err and "0 run(s) done, 4 skipped" in captured.out
+
+
+def test_runs_of_other_settings_are_left_alone(letor_files, source, tmp_path, capsys):
+    # Same run ids, other epochs: copying the folder by hand would be refused as stale results;
+    # --reuse takes only the LightGBM runs, whose settings did not change, and runs the rest.
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0],
+                      neural={"training": {"epochs": 3, "batch_size": 8, "list_size": 8}})
+    out = tmp_path / "out"
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert "1 finished run(s), 0 selection training(s)" in captured.err
+    assert "1 run(s) done, 1 skipped" in captured.out
+    assert _result(out, _GBDT.format(0)) == _result(source, _GBDT.format(0))
+    assert json.loads(_result(out, _NEURAL.format(0)))["selection"]["epochs_run"] == 3
+
+
+def test_a_refit_spec_takes_the_selection_training_and_computes_the_refit(letor_files, source, tmp_path,
+                                                                          capsys):
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0], refit=True)
+    assert cli_main(["experiment", spec, "--out", str(tmp_path / "fresh"), "--quiet"]) == 0
+    out = tmp_path / "out"
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert "0 finished run(s), 1 selection training(s)" in captured.err  # GBDT refit runs are not reused
+    assert "2 run(s) done, 0 skipped" in captured.out
+    reused = json.loads(_result(out, _NEURAL.format(0)))
+    assert reused["selection"]["resumed"] is True  # the selection training was not redone
+    fresh = json.loads(_result(tmp_path / "fresh", _NEURAL.format(0)))
+    assert reused["refit"] == fresh["refit"] and reused["metrics"] == fresh["metrics"]
+    scores = [read_scores(folder / "runs" / _NEURAL.format(0) / "scores.npz")
+              for folder in (out, tmp_path / "fresh")]
+    for split in ("train", "valid", "test"):
+        np.testing.assert_array_equal(scores[0][split], scores[1][split])
+
+
+def test_the_folders_own_runs_are_never_replaced(letor_files, source, tmp_path, capsys):
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
+    out = tmp_path / "out"
+    shutil.copytree(source / "runs" / _GBDT.format(0), out / "runs" / _GBDT.format(0))
+    result = out / "runs" / _GBDT.format(0) / "result.json"
+    own = json.loads(result.read_text())
+    own["seconds"] = 12345.0  # marks this copy as the folder's own
+    result.write_text(json.dumps(own))
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source), "--quiet"]) == 0
+    assert json.loads(result.read_text())["seconds"] == 12345.0
+    assert "0 run(s) done, 2 skipped" in capsys.readouterr().out
+
+
+def test_damaged_source_runs_are_skipped(letor_files, source, tmp_path, capsys):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(source, damaged)
+    (damaged / "runs" / _GBDT.format(0) / "result.json").write_text("{not json")
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
+    out = tmp_path / "out"
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(damaged), "--quiet"]) == 0
+    assert "1 run(s) done, 1 skipped" in capsys.readouterr().out
+    assert json.loads(_result(out, _GBDT.format(0)))["fingerprint"]
+
+
+def test_the_first_folder_with_a_run_wins_and_the_own_folder_is_ignored(letor_files, source, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(source, other)
+    marked = json.loads(_result(other, _GBDT.format(0)))
+    marked["seconds"] = 54321.0
+    (other / "runs" / _GBDT.format(0) / "result.json").write_text(json.dumps(marked))
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["experiment", spec, "--out", str(out), "--quiet", "--reuse", str(out), "--reuse", str(other),
+            "--reuse", str(source)]
+    (out / "runs").mkdir()
+    assert cli_main(argv) == 0
+    assert json.loads(_result(out, _GBDT.format(0)))["seconds"] == 54321.0
+
+
+def test_dry_run_says_what_would_be_reused_and_writes_nothing(letor_files, source, tmp_path, capsys):
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, refit=True)
+    out = tmp_path / "out"
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source), "--dry-run"]) == 0
+    lines = dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
+    assert lines[_NEURAL.format(0)] == f"to run (the refit only; selection training reused from {source})"
+    assert lines[_NEURAL.format(1)] == lines[_GBDT.format(0)] == "to run"
+    assert not out.exists()
+    spec = _spec_file(tmp_path / "plain.yaml", letor_files)
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source), "--dry-run"]) == 0
+    lines = dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
+    assert lines[_GBDT.format(0)] == f"finished (reused from {source})"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p / "missing", "--reuse {dir}: no such folder"),
+    (lambda p: p, "--reuse {dir}: not an experiment output folder (it has no runs/ folder)"),
+])
+def test_a_reuse_folder_that_is_not_an_experiment_is_an_error(letor_files, tmp_path, capsys, make, message):
+    folder = make(tmp_path / "src")
+    (tmp_path / "src").mkdir()
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
+    out = tmp_path / "out"
+    for extra in ([], ["--dry-run"]):
+        assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(folder), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("smoothrank: error: ") and message.format(dir=folder) in err, err
+    assert not (out / "runs").exists()
+
+
+def test_an_empty_reuse_path_is_an_error(letor_files, tmp_path, capsys):
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
+    assert cli_main(["experiment", spec, "--out", str(tmp_path / "out"), "--reuse", " "]) == 2
+    assert "--reuse: expected a folder path, got an empty one" in capsys.readouterr().err
