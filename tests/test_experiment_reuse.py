@@ -5,7 +5,11 @@ takes a plain run's selection training; the folder's own runs are never replaced
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,3 +174,30 @@ def test_an_empty_reuse_path_is_an_error(letor_files, tmp_path, capsys):
     spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
     assert cli_main(["experiment", spec, "--out", str(tmp_path / "out"), "--reuse", " "]) == 2
     assert "--reuse: expected a folder path, got an empty one" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ experiments/reproduce.sh
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _script_list(name: str) -> list[str]:
+    text = (_ROOT / "experiments" / "reproduce.sh").read_text()
+    return re.search(rf"^{name}=\((.*?)\)", text, re.S | re.M).group(1).split()
+
+
+def test_reproduce_script_lists_every_spec_in_the_order_of_results_md():
+    order, left_out = _script_list("ORDER"), _script_list("NOT_IN_ORDER")
+    assert sorted(order + left_out) == sorted(p.stem for p in (_ROOT / "experiments").glob("*.yaml"))
+    results = (_ROOT / "docs" / "RESULTS.md").read_text()
+    # An experiment comes after those whose runs it reuses, as in RESULTS.md's order of commands.
+    positions = [re.search(rf"smoothrank experiment\s+experiments/{name}\.yaml", results).start()
+                 for name in order]
+    assert positions == sorted(positions)
+
+
+def test_reproduce_script_refuses_an_unknown_spec_before_running_anything(tmp_path):
+    script = str(_ROOT / "experiments" / "reproduce.sh")
+    done = subprocess.run(["bash", script, "mq2008_blend", "no_such_spec"],
+                          env={**os.environ, "OUT": str(tmp_path / "out")}, capture_output=True, text=True)
+    assert done.returncode == 2 and "no spec experiments/no_such_spec.yaml" in done.stderr
+    assert not (tmp_path / "out").exists()

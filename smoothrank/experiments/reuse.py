@@ -82,6 +82,8 @@ def find_reusable(cells: Sequence[Cell], out_dir: str | Path, sources: Sequence[
     roots = check_sources(sources)
     if out.exists():
         roots = [r for r in roots if not r.resolve().samefile(out.resolve())]
+    if not roots:
+        return []
     found: list[Reuse] = []
     for cell in cells:
         if (out / "runs" / cell.run_id).exists():
