@@ -6,12 +6,14 @@
 #   bash experiments/reproduce.sh                              # every experiment, in RESULTS.md's order
 #   bash experiments/reproduce.sh mq2008_blend mq2008_stack    # these, reusing what OUT holds already
 #
-# OUT     where the experiment folders go (default runs/reproduce-<commit>). A fingerprint covers the
+# OUT     where the experiment folders go (default runs/reproduce-<commit>; a relative path is taken
+#         from the repository root). A fingerprint covers the
 #         settings and the data, not the code: folders are reused only from OUT, so that one code
 #         state makes every table; a new commit gets a new OUT.
 # WORKERS runs in parallel (default auto).
 # The command is .venv/bin/smoothrank when the checkout has one (bash scripts/test or
-# bash scripts/demo makes it), else smoothrank on the PATH; SMOOTHRANK overrides it.
+# bash scripts/demo makes it), else smoothrank on the PATH; SMOOTHRANK overrides it (split on
+# spaces, e.g. "python -m smoothrank").
 # Every command, its exit status and its wall time go to OUT/reproduce.log. The first experiment
 # with a failed run stops the script (run it again: finished runs are not redone).
 set -euo pipefail
@@ -57,7 +59,9 @@ for name in "${names[@]}"; do
         folder="${folder%/}"
         [ -d "$folder/runs" ] && [ "$(basename "$folder")" != "$name" ] && reuse+=(--reuse "$folder")
     done
-    line=("${cmd[@]}" experiment "experiments/$name.yaml" --out "$out/$name" --workers "$workers" "${reuse[@]}")
+    # ${reuse[@]+...}: an empty array under set -u is an error before bash 4.4
+    line=("${cmd[@]}" experiment "experiments/$name.yaml" --out "$out/$name" --workers "$workers"
+          ${reuse[@]+"${reuse[@]}"})
     echo "$(date -u +%FT%TZ) $commit: ${line[*]}" | tee -a "$log"
     start=$(date +%s)
     status=0

@@ -112,31 +112,74 @@ def test_the_folders_own_runs_are_never_replaced(letor_files, source, tmp_path, 
     assert "0 run(s) done, 2 skipped" in capsys.readouterr().out
 
 
-def test_damaged_source_runs_are_skipped(letor_files, source, tmp_path, capsys):
+@pytest.mark.parametrize("damage", ["not json", "no fingerprint"])
+def test_damaged_source_runs_are_skipped(letor_files, source, tmp_path, capsys, damage):
     damaged = tmp_path / "damaged"
     shutil.copytree(source, damaged)
-    (damaged / "runs" / _GBDT.format(0) / "result.json").write_text("{not json")
+    path = damaged / "runs" / _GBDT.format(0) / "result.json"
+    if damage == "not json":
+        path.write_text("{not json")
+    else:  # a result the runner reads, but without the fingerprint that --reuse compares
+        result = json.loads(path.read_text())
+        del result["fingerprint"]
+        path.write_text(json.dumps(result))
     spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
     out = tmp_path / "out"
-    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(damaged), "--quiet"]) == 0
+    argv = ["experiment", spec, "--out", str(out), "--reuse", str(damaged), "--quiet"]
+    for extra in (["--dry-run"], []):
+        assert cli_main([*argv, *extra]) == 0
     assert "1 run(s) done, 1 skipped" in capsys.readouterr().out
     assert json.loads(_result(out, _GBDT.format(0)))["fingerprint"]
 
 
-def test_the_first_folder_with_a_run_wins_and_the_own_folder_is_ignored(letor_files, source, tmp_path):
-    other = tmp_path / "other"
-    shutil.copytree(source, other)
-    marked = json.loads(_result(other, _GBDT.format(0)))
-    marked["seconds"] = 54321.0
-    (other / "runs" / _GBDT.format(0) / "result.json").write_text(json.dumps(marked))
+def test_a_run_that_cannot_be_copied_is_made_instead(letor_files, source, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    shutil.copytree(source, broken)
+    (broken / "runs" / _GBDT.format(0) / "extra").symlink_to(tmp_path / "nowhere")  # dangling
     spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
     out = tmp_path / "out"
-    out.mkdir()
-    argv = ["experiment", spec, "--out", str(out), "--quiet", "--reuse", str(out), "--reuse", str(other),
-            "--reuse", str(source)]
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(broken), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"warning: --reuse: could not copy .*; the run is made instead", captured.err)
+    assert "1 run(s) done, 1 skipped" in captured.out  # the LightGBM run is made, the other one reused
+    assert not (out / "runs" / _GBDT.format(0) / "extra").exists()
+    assert not (out / ".reuse-staging").exists()
+
+
+def test_a_killed_copy_leaves_nothing_that_readers_of_runs_see(letor_files, source, tmp_path):
+    from smoothrank.experiments import load_results
+
+    out = tmp_path / "out"
+    left = out / ".reuse-staging" / _GBDT.format(0)  # what a copy killed by SIGKILL leaves behind
+    shutil.copytree(source / "runs" / _GBDT.format(0), left)
     (out / "runs").mkdir()
-    assert cli_main(argv) == 0
-    assert json.loads(_result(out, _GBDT.format(0)))["seconds"] == 54321.0
+    assert load_results(out) == []
+    spec = _spec_file(tmp_path / "spec.yaml", letor_files, seeds=[0])
+    assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(source), "--quiet"]) == 0
+    assert not (out / ".reuse-staging").exists()
+    assert sorted(r["run_id"] for r in load_results(out)) == sorted([_GBDT.format(0), _NEURAL.format(0)])
+
+
+def test_a_finished_run_comes_before_a_selection_training_then_the_first_folder(letor_files, source, tmp_path,
+                                                                               capsys):
+    refit_spec = _spec_file(tmp_path / "refit.yaml", letor_files, seeds=[0], refit=True)
+    finished_refit = tmp_path / "finished_refit"
+    assert cli_main(["experiment", refit_spec, "--out", str(finished_refit), "--quiet"]) == 0
+    marked = tmp_path / "marked"  # the same finished refit runs, marked
+    shutil.copytree(finished_refit, marked)
+    for run_id in (_GBDT.format(0), _NEURAL.format(0)):
+        result = json.loads(_result(marked, run_id))
+        result["seconds"] = 54321.0
+        (marked / "runs" / run_id / "result.json").write_text(json.dumps(result))
+    capsys.readouterr()
+    out = tmp_path / "out"
+    # source lends only a selection training; marked and finished_refit have the finished runs
+    argv = ["experiment", refit_spec, "--out", str(out), "--quiet"]
+    sources = [str(source), str(marked), str(finished_refit)]
+    assert cli_main([*argv, *(arg for folder in sources for arg in ("--reuse", folder))]) == 0
+    assert "0 run(s) done, 2 skipped" in capsys.readouterr().out
+    for run_id in (_GBDT.format(0), _NEURAL.format(0)):
+        assert json.loads(_result(out, run_id))["seconds"] == 54321.0
 
 
 def test_dry_run_says_what_would_be_reused_and_writes_nothing(letor_files, source, tmp_path, capsys):
@@ -167,7 +210,7 @@ def test_a_reuse_folder_that_is_not_an_experiment_is_an_error(letor_files, tmp_p
         assert cli_main(["experiment", spec, "--out", str(out), "--reuse", str(folder), *extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith("smoothrank: error: ") and message.format(dir=folder) in err, err
-    assert not (out / "runs").exists()
+    assert not out.exists()
 
 
 def test_an_empty_reuse_path_is_an_error(letor_files, tmp_path, capsys):

@@ -12,23 +12,27 @@ is the same as the non-refit cell's: a finished non-refit run of the same settin
 ``train/`` folder, the run resumes that training at its end, and only the refit is computed.
 
 A run is copied into ``OUT/runs/<run id>`` only when nothing is there yet (a finished or
-interrupted run of the folder itself is never replaced), whole, under a temporary name, then
-renamed: an interrupted reuse leaves no half-copied run.
+interrupted run of the folder itself is never replaced): whole into ``OUT/.reuse-staging/``, then
+renamed, so that a killed copy leaves nothing in ``runs/`` (the next command empties the staging
+folder). A run that cannot be copied is left out with a warning, and its cell is run.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from smoothrank.errors import SmoothrankError
+from smoothrank.errors import SmoothrankError, SmoothrankWarning
 from smoothrank.experiments.spec import Cell
 
-__all__ = ["Reuse", "apply_reuse", "check_sources", "find_reusable"]
+__all__ = ["STAGING", "Reuse", "apply_reuse", "check_sources", "find_reusable"]
+
+STAGING = ".reuse-staging"  # OUT/<this>/<run id>: a run being copied, renamed into OUT/runs when whole
 
 
 @dataclass(frozen=True)
@@ -52,16 +56,15 @@ def _selection_twin(cell: Cell) -> Cell:
 
 
 def _finished_fingerprint(run_dir: Path) -> str | None:
-    """The fingerprint of the finished run in ``run_dir`` (None: none, or damaged)."""
+    """The fingerprint of the finished run in ``run_dir`` (None: none, damaged, or unreadable)."""
     from smoothrank.experiments.runner import RESULT_FILE, read_result
 
-    path = run_dir / RESULT_FILE
-    if not path.is_file():
-        return None
     try:
-        return str(read_result(path)["fingerprint"])
+        path = run_dir / RESULT_FILE
+        fingerprint = read_result(path).get("fingerprint") if path.is_file() else None
     except (SmoothrankError, OSError):
         return None
+    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def check_sources(sources: Sequence[str | Path]) -> list[Path]:
@@ -76,16 +79,13 @@ def check_sources(sources: Sequence[str | Path]) -> list[Path]:
 
 
 def find_reusable(cells: Sequence[Cell], out_dir: str | Path, sources: Sequence[str | Path]) -> list[Reuse]:
-    """What of ``sources`` (experiment output folders, first match wins) the cells not yet in
-    ``out_dir`` can reuse; ``out_dir`` itself among the sources is ignored."""
+    """What of ``sources`` (experiment output folders) the cells without a folder in ``out_dir`` can
+    reuse: a finished run of the cell's fingerprint from the first folder that has one, else (a
+    neural refit cell) a selection training from the first folder that has one."""
     out = Path(out_dir)
     roots = check_sources(sources)
-    if out.exists():
-        roots = [r for r in roots if not r.resolve().samefile(out.resolve())]
-    if not roots:
-        return []
     found: list[Reuse] = []
-    for cell in cells:
+    for cell in cells if roots else ():
         if (out / "runs" / cell.run_id).exists():
             continue
         found += _reusable(cell, roots)
@@ -93,35 +93,39 @@ def find_reusable(cells: Sequence[Cell], out_dir: str | Path, sources: Sequence[
 
 
 def _reusable(cell: Cell, roots: Sequence[Path]) -> list[Reuse]:
+    have = {root: _finished_fingerprint(root / "runs" / cell.run_id) for root in roots}
     want = cell.fingerprint()
-    refit = cell.kind == "neural" and cell.settings.get("refit")
-    twin = _selection_twin(cell).fingerprint() if refit else None
     for root in roots:
-        run_dir = root / "runs" / cell.run_id
-        have = _finished_fingerprint(run_dir)
-        if have is None:
-            continue
-        if have == want:
-            return [Reuse(cell, run_dir, "run")]
-        if have == twin and (run_dir / "train" / "checkpoint.pt").is_file():
-            return [Reuse(cell, run_dir, "train")]
+        if have[root] == want:
+            return [Reuse(cell, root / "runs" / cell.run_id, "run")]
+    if cell.kind == "neural" and cell.settings.get("refit"):
+        twin = _selection_twin(cell).fingerprint()
+        for root in roots:
+            run_dir = root / "runs" / cell.run_id
+            if have[root] == twin and (run_dir / "train" / "checkpoint.pt").is_file():
+                return [Reuse(cell, run_dir, "train")]
     return []
 
 
 def apply_reuse(reuses: Sequence[Reuse], out_dir: str | Path, *,
-                log: Callable[[str], None] | None = None) -> None:
-    """Copy each reuse into ``OUT/runs/<run id>`` (under a temporary name, then renamed)."""
+                log: Callable[[str], None] | None = None) -> list[Reuse]:
+    """Copy each reuse into ``OUT/runs/<run id>`` and return those copied. Each is copied into
+    ``OUT/.reuse-staging/`` first (emptied here first: what a killed copy left there) and then
+    renamed into ``runs/``, so that no reader of ``runs/`` meets a half-copied run. A run that cannot
+    be copied is left out with a warning: its cell is run instead. Call it holding the folder lock."""
     from smoothrank.experiments.runner import CELL_FILE, write_json
 
     say = log or (lambda _msg: None)
-    runs = Path(out_dir) / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    staging = out / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    copied: list[Reuse] = []
     for reuse in reuses:
-        target = runs / reuse.cell.run_id
+        target = out / "runs" / reuse.cell.run_id
         if target.exists():  # the folder's own run (finished or interrupted) is never replaced
             continue
-        tmp = runs / f".reuse-{reuse.cell.run_id}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp = staging / reuse.cell.run_id
         try:
             if reuse.part == "run":
                 shutil.copytree(reuse.source, tmp)
@@ -133,11 +137,16 @@ def apply_reuse(reuses: Sequence[Reuse], out_dir: str | Path, *,
                 write_json(tmp / CELL_FILE, {"run_id": cell.run_id, "fingerprint": cell.fingerprint(),
                                              "identity": cell.identity()})
             os.replace(tmp, target)
-        except OSError as err:
-            raise SmoothrankError(f"--reuse: could not copy {reuse.source} to {target}: {err}") from None
-        finally:  # also on Ctrl-C: no half-copied run is left behind
+        except OSError as err:  # shutil.Error is an OSError
+            warnings.warn(f"--reuse: could not copy {reuse.source} ({err}); the run is made instead",
+                          SmoothrankWarning, stacklevel=2)
+            continue
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    for source in dict.fromkeys(r.source.parent.parent for r in reuses):
-        mine = [r for r in reuses if r.source.parent.parent == source]
+        copied.append(reuse)
+    shutil.rmtree(staging, ignore_errors=True)
+    for source in dict.fromkeys(r.source.parent.parent for r in copied):
+        mine = [r for r in copied if r.source.parent.parent == source]
         runs_n = sum(r.part == "run" for r in mine)
         say(f"reused from {source}: {runs_n} finished run(s), {len(mine) - runs_n} selection training(s)")
+    return copied
