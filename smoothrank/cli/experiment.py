@@ -35,7 +35,8 @@ def add_parser(subparsers: Any) -> None:
                         help="another experiment's output folder whose finished runs of the same run id and "
                              "fingerprint (same settings and data) are copied in instead of being run again; "
                              "for a refit spec, a run without refit lends its selection training. "
-                             "Repeatable: the first folder that has a run wins")
+                             "Repeatable: a finished run comes before a selection training, then the "
+                             "first folder given")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(func=run)

@@ -84,27 +84,23 @@ def find_reusable(cells: Sequence[Cell], out_dir: str | Path, sources: Sequence[
     neural refit cell) a selection training from the first folder that has one."""
     out = Path(out_dir)
     roots = check_sources(sources)
-    found: list[Reuse] = []
-    for cell in cells if roots else ():
-        if (out / "runs" / cell.run_id).exists():
-            continue
-        found += _reusable(cell, roots)
-    return found
+    found = (_reusable(cell, roots) for cell in cells if roots and not (out / "runs" / cell.run_id).exists())
+    return [reuse for reuse in found if reuse is not None]
 
 
-def _reusable(cell: Cell, roots: Sequence[Path]) -> list[Reuse]:
+def _reusable(cell: Cell, roots: Sequence[Path]) -> Reuse | None:
     have = {root: _finished_fingerprint(root / "runs" / cell.run_id) for root in roots}
     want = cell.fingerprint()
     for root in roots:
         if have[root] == want:
-            return [Reuse(cell, root / "runs" / cell.run_id, "run")]
+            return Reuse(cell, root / "runs" / cell.run_id, "run")
     if cell.kind == "neural" and cell.settings.get("refit"):
         twin = _selection_twin(cell).fingerprint()
         for root in roots:
             run_dir = root / "runs" / cell.run_id
             if have[root] == twin and (run_dir / "train" / "checkpoint.pt").is_file():
-                return [Reuse(cell, run_dir, "train")]
-    return []
+                return Reuse(cell, run_dir, "train")
+    return None
 
 
 def apply_reuse(reuses: Sequence[Reuse], out_dir: str | Path, *,
