@@ -259,15 +259,23 @@ def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
     n_samples = check_positive_int(n_samples, "n_samples")
     beta = check_positive(beta, "beta")
     generator = check_generator(generator)
+    real = None if mask is None else check_mask(mask, scores)
+    if not bool(torch.isfinite(scores.detach() if real is None else scores.detach()[real]).all()):
+        raise SmoothrankError("scores: NaN or infinite value at a real (unmasked) position")
     shape = (n_samples, *scores.shape)
     device = generator.device if generator is not None else scores.device
     u = torch.rand(shape, generator=generator, dtype=scores.dtype, device=device).to(scores.device)
-    if mask is not None:
-        slots = real_first_slots(check_mask(mask, scores))
-        u = u.gather(-1, slots.expand(shape))
+    if real is not None:
+        u = u.gather(-1, real_first_slots(real).expand(shape))
     finfo = torch.finfo(scores.dtype)
     gumbel = -torch.log(-torch.log(u.clamp(finfo.tiny, 1.0 - finfo.eps)))
-    return float(beta) * scores.unsqueeze(0) + gumbel
+    perturbed = float(beta) * scores.unsqueeze(0) + gumbel
+    kept = perturbed.detach() if real is None else perturbed.detach()[:, real]
+    if not bool(torch.isfinite(kept).all()):
+        largest = float((scores.detach() if real is None else scores.detach()[real]).abs().max())
+        raise SmoothrankError(f"beta: beta * scores overflows {scores.dtype} (beta = {beta:g}, largest "
+                              f"|score| {largest:.4g}); lower beta or rescale the scores")
+    return perturbed
 
 
 def real_first_slots(mask: Tensor) -> Tensor:

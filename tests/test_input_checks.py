@@ -472,6 +472,58 @@ def test_gumbel_perturb_checks_its_arguments_as_stochastic_neural_sort_does():
     for scores in ([1.0, 2.0], torch.arange(3)):
         with pytest.raises(SmoothrankError, match="scores"):
             sorting.gumbel_perturb(scores, n_samples=2, beta=1.0)
+    # Non-finite scores went through as NaN noise; at a padded position they are ignored.
+    nan_first = torch.tensor([[float("nan"), 1.0]])
+    with pytest.raises(SmoothrankError, match="scores: NaN"):
+        sorting.gumbel_perturb(nan_first, n_samples=1, beta=1.0, generator=0)
+    padded_nan = torch.tensor([[False, True]])
+    kept = sorting.gumbel_perturb(nan_first, n_samples=1, beta=1.0, generator=0, mask=padded_nan)
+    assert torch.isfinite(kept[..., 1]).all()
+
+
+def test_stochastic_neural_ndcg_names_beta_when_beta_times_the_scores_overflows():
+    # Every score is finite, so the error named scores wrongly before.
+    s, y = torch.tensor([[1e38, -1e38, 0.5]]), torch.tensor([[1.0, 0, 2]])
+    assert math.isfinite(losses.neural_ndcg(s, y, stochastic=True, beta=1.0, generator=0).item())
+    with pytest.raises(SmoothrankError, match=r"beta: beta \* scores overflows torch.float32"):
+        losses.neural_ndcg(s, y, stochastic=True, beta=4.0, generator=0)
+
+
+@pytest.mark.parametrize("loss", ["rank_net", "lambda_rank", "list_net"])
+def test_pair_and_list_losses_are_finite_where_the_float32_value_is(loss):
+    fn = losses.get(loss)
+    # rank_net: 66 pair costs of up to 2e37 summed overflowed float32 before their mean (1.3e37).
+    # Gaps of 6e38 (scores of +-3e38) are inf in float32 where the query's loss is not.
+    for scores, labels in (([-1e37, 0.0, 1e37] * 4, [2.0, 1, 0] * 4), ([3e38, -3e38, 0.0], [0.0, 2, 1]),
+                           ([3e38, -3e38], [1.0, 0])):
+        s, y = torch.tensor([scores], requires_grad=True), torch.tensor([labels])
+        reference = fn(s.detach().double(), y.double()).item()
+        value = fn(s, y)
+        (g,) = torch.autograd.grad(value, s)
+        assert torch.isfinite(g).all()
+        if reference < torch.finfo(torch.float32).max:
+            assert value.item() == pytest.approx(reference, rel=1e-6), (scores, labels)
+        else:  # beyond float32's range: inf is the value rounded
+            assert value.item() == math.inf
+
+
+def test_backend_is_checked_by_every_soft_rank_method():
+    s, y = torch.randn(2, 5), torch.tensor([[0.0, 1, 2, 0, 1]] * 2)
+    for call in (lambda: losses.soft_ndcg(s, y, method="normal", backend="bogus"),
+                 lambda: losses.soft_ndcg(s, y, method="normal", sinkhorn=True, backend="bogus"),
+                 lambda: losses.get("soft_ndcg", method="normal", backend="bogus")(s, y),
+                 lambda: softrank.soft_rank(s, method="normal", backend="bogus")):
+        with pytest.raises(SmoothrankError, match="backend: expected one of"):
+            call()
+
+
+def test_rmse_refuses_n_levels_beyond_the_dtype():
+    # levels * sigmoid(s) was inf: an inf loss and an all-NaN gradient, with no error.
+    x, y = torch.tensor([[0.3, -0.2, 0.1]]), torch.tensor([[1.0, 0, 2]])
+    for dtype in (torch.float32, torch.bfloat16):
+        with pytest.raises(SmoothrankError, match=r"n_levels: .* beyond the range"):
+            losses.rmse(x.to(dtype), y.to(dtype), n_levels=1e39)
+    assert math.isfinite(losses.rmse(x.double(), y.double(), n_levels=1e300).item())
 
 
 def test_list_net_gives_no_nan_when_a_target_underflows_where_log_p_is_minus_inf():

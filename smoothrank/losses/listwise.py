@@ -34,13 +34,23 @@ def list_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     # Fully padded rows would be softmax over nothing: give them a harmless all-real row instead.
     row_ok = mask.any(-1, keepdim=True)
     m = mask | ~row_ok
+    per_query = _list_net_per_query(scores, labels, m)
+    wide = wide_dtype(scores.dtype, scores.device)
+    if wide != scores.dtype and not bool(torch.isfinite(per_query).all()):
+        # A score gap beyond the dtype's range (6e38 in float32) gives an inf log-probability
+        # although the query's loss may be representable: again in the wide dtype.
+        per_query = _list_net_per_query(scores.to(wide), labels.to(wide), m).to(scores.dtype)
+    return C.reduce(per_query, valid, reduction)
+
+
+def _list_net_per_query(scores: Tensor, labels: Tensor, m: Tensor) -> Tensor:
+    """(batch,) ListNet's cross-entropy over the positions ``m``, each row with at least one."""
     target = torch.softmax(labels.masked_fill(~m, float("-inf")), dim=-1)
     log_p = _masked_log_softmax(scores, m)
     log_p = torch.where(m, log_p, torch.zeros_like(log_p))
     # An item whose target probability underflowed to 0 adds nothing, even where its own score is so
     # far below the others that log_p is -inf (0 * -inf was NaN).
-    per_query = -torch.where(target > 0, target * log_p, torch.zeros_like(log_p)).sum(-1)
-    return C.reduce(per_query, valid, reduction)
+    return -torch.where(target > 0, target * log_p, torch.zeros_like(log_p)).sum(-1)
 
 
 def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",

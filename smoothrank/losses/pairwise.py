@@ -17,6 +17,7 @@ from torch import Tensor
 
 from smoothrank import _blocks
 from smoothrank._checks import within_dtype
+from smoothrank._devices import wide_dtype
 from smoothrank.losses import _common as C
 
 
@@ -74,6 +75,23 @@ def _pair_differences(scores: Tensor, q: slice, r: slice) -> Tensor:
     return s[:, r].unsqueeze(-1) - s.unsqueeze(-2)
 
 
+def _pair_cost_sums(scores: Tensor, sigma: float, f: _PairFactors, dtype: torch.dtype,
+                    kept: Tensor | None) -> Tensor:
+    """(batch,) ``sum_ij den w_ij softplus(-sigma (s_i - s_j))``, the pair matrices formed a block at
+    a time; the weights go to ``kept`` when given. Summed in ``dtype``: in float32, n^2 pair costs of
+    1e36 overflow where their mean does not."""
+    total = scores.new_zeros(scores.shape[0], dtype=dtype)
+    for q, r in _blocks.blocks(*scores.shape):
+        w = _block_weights(f, q, r)
+        # A gap times sigma beyond the dtype's range is an inf cost; where no pair is weighed it
+        # must count 0, not 0 * inf = NaN.
+        cost = _weigh(w, F.softplus(_pair_differences(scores, q, r).mul_(-sigma)))
+        total[q] += cost.sum((-1, -2), dtype=dtype)
+        if kept is not None:  # written block by block (a list then torch.cat holds it twice)
+            kept[q] = w
+    return total
+
+
 class _WeightedPairCost(torch.autograd.Function):
     """Per-query ``sum_ij w_ij softplus(-sigma (s_i - s_j))`` with constant weights w.
 
@@ -87,20 +105,17 @@ class _WeightedPairCost(torch.autograd.Function):
     def forward(ctx, scores, sigma, *factors):  # type: ignore[override]
         f = _PairFactors(*factors)
         b, n = scores.shape
-        out = scores.new_zeros(b)
-        # Written block by block (a list then torch.cat would hold the matrix twice).
         kept_dtype = torch.bool if _flags_only(f) else scores.dtype
         kept = scores.new_empty(b, n, n, dtype=kept_dtype) if _blocks.keeps(b, n) else None
-        for q, r in _blocks.blocks(b, n):
-            w = _block_weights(f, q, r)
-            # A gap times sigma beyond the dtype's range is an inf cost; where no pair is weighed
-            # it must count 0, not 0 * inf = NaN.
-            out[q] += _weigh(w, F.softplus(_pair_differences(scores, q, r).mul_(-sigma))).sum((-1, -2))
-            if kept is not None:
-                kept[q] = w
+        wide = wide_dtype(scores.dtype, scores.device)
+        total = _pair_cost_sums(scores, sigma, f, wide, kept)
+        if wide != scores.dtype and not bool(torch.isfinite(total).all()):
+            # A score gap beyond the dtype's range (6e38 in float32) is an inf cost although the
+            # query's mean cost may be representable: the gaps again, in the wide dtype.
+            total = _pair_cost_sums(scores.to(wide), sigma, f, wide, None)
         ctx.save_for_backward(scores, kept, *factors)
         ctx.sigma = sigma
-        return out / f.den
+        return (total / f.den).to(scores.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from smoothrank.errors import SmoothrankError
 from smoothrank.losses import _common as C
 
 
@@ -22,6 +23,9 @@ def rmse(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reductio
     C.check_reduction(reduction)
     levels = C.check_positive(n_levels, "n_levels")
     scores, labels, mask = C.check_inputs(scores, labels, mask)
+    if levels > torch.finfo(scores.dtype).max:  # levels * sigmoid(s) would be inf, its gradient NaN
+        raise SmoothrankError(f"n_levels: {n_levels!r} is beyond the range of {scores.dtype} (largest "
+                              f"{torch.finfo(scores.dtype).max:.4g}), the dtype the loss computes in")
     valid = C.has_relevant(labels, mask)
     diff = torch.where(mask, levels * torch.sigmoid(scores) - labels, torch.zeros_like(scores))
     # Squared relative to the row's largest error (as hypot does), so that errors past 1e19 in

@@ -12,7 +12,7 @@ from smoothrank.losses._registry import register
 from smoothrank.softrank.api import check_method, check_n_exact, soft_rank
 from smoothrank.softrank.normal import score_hybrid_expected_discounts, score_normal_expected_discounts
 from smoothrank.softrank.pairwise import check_sigma
-from smoothrank.softrank.rank_binomial import can_fuse
+from smoothrank.softrank.rank_binomial import can_fuse, check_backend
 
 
 def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
@@ -62,7 +62,8 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
     backend : "auto" | "numba" | "torch" | "fft"
         The exact distribution's implementation: the compiled CPU kernel, the pure-PyTorch
         recursion, or the Fourier form (:mod:`smoothrank.softrank.rank_binomial`); ``"auto"``
-        takes the kernel on the CPU and the Fourier form on a GPU.
+        takes the kernel on the CPU and the Fourier form on a GPU. Checked with every ``method``;
+        ``"normal"`` (without Sinkhorn) uses none of them.
 
     Returns
     -------
@@ -73,6 +74,7 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
     sigma = check_sigma(sigma)
     k = C.check_k(k)
     check_method(method)
+    check_backend(backend)
     check_n_exact(n_exact)
     C.check_gain_discount(gain, discount)
     check_bool(sinkhorn, "sinkhorn")

@@ -21,7 +21,12 @@ from smoothrank.softrank.normal import (
     score_normal_rank_distributions,
 )
 from smoothrank.softrank.pairwise import check_sigma, default_mask, pairwise_probabilities
-from smoothrank.softrank.rank_binomial import _rank_distributions, can_fuse, score_rank_distributions
+from smoothrank.softrank.rank_binomial import (
+    _rank_distributions,
+    can_fuse,
+    check_backend,
+    score_rank_distributions,
+)
 
 METHODS = ("exact", "normal", "hybrid")
 
@@ -86,6 +91,7 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
                          backend=backend).to(scores.dtype)
     sigma = within_dtype(check_sigma(sigma), scores.dtype, divides=True)
     check_method(method)
+    check_backend(backend)
     check_n_exact(n_exact)
     mask = default_mask(scores, mask)
     n = scores.shape[-1]

@@ -107,11 +107,18 @@ def _use_numba(pi: Tensor, backend: str) -> bool:
     return resolve_backend(pi, backend) == "numba"
 
 
+def check_backend(backend: str) -> str:
+    """``backend`` if it is one of :data:`BACKENDS` (checked by every method, also where the normal
+    approximation does not use it, so that a typo is never silently accepted)."""
+    if backend not in BACKENDS:
+        raise SmoothrankError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    return backend
+
+
 def resolve_backend(pi: Tensor, backend: str) -> str:
     """The path ``backend`` takes for ``pi``: ``"auto"`` is the Numba kernel for float32/float64 CPU
     tensors and the FFT form elsewhere (GPUs), or the PyTorch recursion for other dtypes."""
-    if backend not in BACKENDS:
-        raise SmoothrankError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    check_backend(backend)
     floating = pi.dtype in (torch.float32, torch.float64)
     # The kernel module is loaded only when a CPU float tensor could take it.
     kernel_ok = (pi.device.type == "cpu" and floating and backend in ("auto", "numba")
