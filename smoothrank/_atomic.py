@@ -135,9 +135,12 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     if not os.fspath(path):
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", "")  # as open("") says
     path = Path(path)
-    if path.is_symlink():
-        path = Path(os.path.realpath(path))
+    # What the path points to, links followed, before resolving them: /dev/stdout on a pipe is a
+    # link to /proc/PID/fd/1, whose "target" pipe:[N] is no path, yet open() writes into the pipe.
     mode = _mode(path)
+    if path.is_symlink() and (mode is None or stat.S_ISREG(mode)):
+        path = Path(os.path.realpath(path))
+        mode = _mode(path)
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
     if mode is not None and not stat.S_ISREG(mode):

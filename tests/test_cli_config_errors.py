@@ -291,6 +291,10 @@ _VALID = {"dataset": "syn", "method": "b", "fold": None, "kind": "neural"}
     json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": 0.5}}, "per_query": {"qids": ["0", "1"],
                                                                               "ndcg@1": [0.5]}}),
     json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": True}}}),
+    # a method, dataset or fold of the wrong type gave a TypeError traceback from sorted()
+    json.dumps({**_VALID, "method": 5, "metrics": {"test": {"ndcg@1": 0.5}}}),
+    json.dumps({**_VALID, "dataset": None, "metrics": {"test": {"ndcg@1": 0.5}}}),
+    json.dumps({**_VALID, "fold": "1", "metrics": {"test": {"ndcg@1": 0.5}}}),
 ])
 def test_compare_names_a_damaged_result_file(two_methods, capsys, content):
     path = two_methods / "runs" / "b" / "result.json"

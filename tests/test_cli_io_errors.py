@@ -176,6 +176,49 @@ def test_predict_into_a_fifo_writes_through_it(folds, model, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.fifo"]
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd (Linux)")
+def test_predict_into_a_pipe_through_its_proc_link(folds, model, tmp_path, capsys):
+    # /dev/stdout on a pipe is a link to /proc/PID/fd/1, whose target "pipe:[N]" is no path: the
+    # writer resolved the link and failed with "No such file or directory: /proc/.../pipe:[N]".
+    read_end, write_end = os.pipe()
+    try:
+        out = f"/proc/self/fd/{write_end}"
+        assert main(["predict", str(model), str(folds / "test.txt"), "--out", out]) == 0
+    finally:
+        os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        assert len(pipe.read().splitlines()) == 15
+    assert list(tmp_path.iterdir()) == []
+
+
+def _evaluate_from_a_pipe(data: Path, payload: bytes) -> int:
+    """``smoothrank evaluate`` with its predictions read from a pipe that a thread fills."""
+    read_end, write_end = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write_end, payload), os.close(write_end)))
+    writer.start()
+    try:
+        return main(["evaluate", "--data", str(data), "--predictions", f"/proc/self/fd/{read_end}"])
+    finally:
+        writer.join(timeout=30)
+        os.close(read_end)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd (Linux)")
+def test_evaluate_reads_predictions_from_a_pipe(folds, tmp_path, capsys):
+    # The sniff for gzip read the pipe's first buffer, then the file was opened again: the scores
+    # lost their start, and the count error said the file had fewer lines than it had.
+    scores = "".join(f"{0.1 * i}\n" for i in range(15)).encode()
+    from_file = tmp_path / "p.pred"
+    from_file.write_bytes(scores)
+    assert main(["evaluate", "--data", str(folds / "test.txt"), "--predictions", str(from_file)]) == 0
+    expected = capsys.readouterr().out.splitlines()[2:]  # the metrics, after the header lines
+    for payload in (scores, gzip.compress(scores)):
+        assert _evaluate_from_a_pipe(folds / "test.txt", payload) == 0
+        assert capsys.readouterr().out.splitlines()[2:] == expected
+    assert _evaluate_from_a_pipe(folds / "test.txt", scores + b"0.5\n") == 2
+    assert "expected 15 scores (one per document line), the file has 16" in _error(capsys)
+
+
 def test_a_character_device_is_written_in_place(tmp_path, monkeypatch):
     # What /dev/null is, simulated on a regular file (a test must never risk replacing /dev/null).
     target = tmp_path / "device"
@@ -291,6 +334,21 @@ def test_demo_rerun_into_its_run_dir_gives_demo_advice(tmp_path, capsys):
     err = _error(capsys)
     assert f"--run-dir: {tmp_path} already holds demo runs (fold1/rmse)" in err
     assert "another --run-dir" in err and "--resume" not in err and "output.run_dir" not in err
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "truncated", "a model file"])
+def test_a_damaged_checkpoint_is_named_on_resume(folds, model, tmp_path, capsys, damage):
+    # A raw UnpicklingError/EOFError traceback, or "smoothrank: error: Invalid argument" naming no file.
+    config = _config(tmp_path / "c.yaml", folds, tmp_path / "run")
+    assert main(["train", str(config), "--quiet"]) == 0
+    checkpoint = tmp_path / "run" / "checkpoint.pt"
+    good = checkpoint.read_bytes()
+    checkpoint.write_bytes({"garbage": b"garbage\n", "empty": b"", "truncated": good[: len(good) // 2],
+                            "a model file": model.read_bytes()}[damage])
+    assert main(["train", str(config), "--resume", "--quiet"]) == 2
+    assert f"{checkpoint}: damaged or not a smoothrank training checkpoint" in _error(capsys)
+    checkpoint.write_bytes(good)
+    assert main(["train", str(config), "--resume", "--quiet"]) == 0
 
 
 # ------------------------------------------------------------------------------ 5. demo options

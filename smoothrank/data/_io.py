@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,12 +64,15 @@ def open_binary(path: Path) -> IO[bytes]:
     """Open ``path`` for reading bytes, decompressing it on the fly if it is gzip; other compressed
     or UTF-16 files are a DataFormatError (a damaged gzip stream may raise what :func:`gzip_errors`
     turns into one)."""
+    # A pipe (``--predictions /dev/stdin``, ``<(cmd)``) can be read once only: opened again after
+    # the sniff, it had lost the bytes the sniff's buffer took. It is read whole instead.
     with open(path, "rb") as handle:
-        head = handle.read(HEAD_BYTES)
+        data = handle.read() if _is_stream(path) else None
+        head = handle.read(HEAD_BYTES) if data is None else data[:HEAD_BYTES]
     check_readable(head, str(path))
     if not head.startswith(GZIP_MAGIC):
-        return open(path, "rb")
-    stream = gzip.open(path, "rb")
+        return open(path, "rb") if data is None else io.BytesIO(data)
+    stream = gzip.open(path, "rb") if data is None else gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
     try:  # the same mistakes inside the gzip (a gzip of UTF-16 text, a file gzipped twice)
         check_readable(stream.peek(HEAD_BYTES)[:HEAD_BYTES], f"{path} (decompressed)", gzip_ok=False,
                        reads="a gzip file must hold plain text")
@@ -75,6 +80,15 @@ def open_binary(path: Path) -> IO[bytes]:
         stream.close()
         raise
     return stream
+
+
+def _is_stream(path: Path) -> bool:
+    """Whether ``path`` is an existing FIFO, socket or character device (links followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False  # open() reports it
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 @contextlib.contextmanager

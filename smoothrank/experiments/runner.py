@@ -369,8 +369,15 @@ def _is_value(x: Any) -> bool:
 
 
 def _value_problem(result: dict[str, Any]) -> str | None:
-    """What is wrong with a result's metric values (None: nothing), so that summaries, ``compare``
-    and the blends never meet a string or a short per-query list in the middle of their work."""
+    """What is wrong with a result's values (None: nothing), so that summaries, ``compare`` and the
+    blends never meet a number for a name, a string for a metric or a short per-query list in the
+    middle of their work."""
+    for key in ("dataset", "method", "kind"):
+        if not isinstance(result[key], str):
+            return f"{key}: expected a string, got {json.dumps(result[key])}"
+    fold = result["fold"]
+    if not (fold is None or (isinstance(fold, int) and not isinstance(fold, bool))):
+        return f"fold: expected a whole number or null, got {json.dumps(fold)}"
     metrics = result["metrics"]
     splits = metrics.values() if isinstance(metrics, dict) else [[]]
     if not all(v is None or (isinstance(v, dict) and all(map(_is_value, v.values()))) for v in splits):

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from smoothrank import __version__
 from smoothrank._atomic import blocking_file, folder_lock
-from smoothrank.errors import ConfigError, SmoothrankError, SmoothrankWarning
+from smoothrank.errors import ConfigError, DataFormatError, SmoothrankError, SmoothrankWarning
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text
 from smoothrank.training.artifact import RankingModel, save_model
@@ -343,10 +343,34 @@ def checkpoint_changes(config: Config, run_dir: str | Path) -> str:
     if not path.is_file():
         return ""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # a damaged checkpoint is the resume's to report, with its own message
+        state = load_checkpoint(path)
+    except (OSError, SmoothrankError):  # a damaged checkpoint is the resume's to report
         return ""
-    return _config_changes(state, config) if isinstance(state, dict) else ""
+    return _config_changes(state, config)
+
+
+_CHECKPOINT_KEYS = ("epoch", "model", "optimizer", "schedule", "best_state", "best_value", "best_epoch",
+                    "stale", "stopped", "history", "config")
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The state a training run saved in ``path`` after each epoch; a damaged file, or another kind
+    of file (a model artifact copied over it), is a :class:`DataFormatError` naming the path."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as err:
+        if err.filename is not None:
+            raise  # unreadable (permissions, I/O): the CLI reports it with the path
+        reason = err.strerror or type(err).__name__  # the zip reader's "Invalid argument" on a cut file
+    except Exception as err:  # the weights-only unpickler's UnpicklingError, EOFError, ...
+        reason = type(err).__name__
+    else:
+        missing = [k for k in _CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else ["all"]
+        if not missing:
+            return state
+        reason = f"no {', '.join(missing[:3])}" if missing != ["all"] else "not a dictionary"
+    raise DataFormatError(f"{path}: damaged or not a smoothrank training checkpoint ({reason}); delete it "
+                          "to train the run from the start")
 
 
 def config_differences(run: Any, now: Any, prefix: str = "", limit: int = 5) -> list[str]:
@@ -427,7 +451,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
     if resume:
         if not checkpoint_path.is_file():
             raise ConfigError(f"--resume: no checkpoint in {run_path}")
-        state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(checkpoint_path)
         changes = _config_changes(state, config, paths=splits is None)
         if changes:
             raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path} "
