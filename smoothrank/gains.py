@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
 __all__ = ["DISCOUNT_NAMES", "GAIN_NAMES", "DiscountLike", "GainLike", "check_discount", "check_gain",
-           "discount", "gain", "shallow_from_mapping"]
+           "discount", "first_infinite_gain", "gain", "shallow_from_mapping"]
 
 GainLike = str | Mapping[float, float] | Callable[[Tensor], Tensor]
 DiscountLike = str | Mapping[str, float] | Callable[[Tensor], Tensor]
@@ -101,6 +102,20 @@ def gain(labels: Tensor, spec: GainLike = "exp2") -> Tensor:
             raise ValueError(f"gain: labels {missing} have no entry in the gain mapping")
         return out
     return spec(labels)  # type: ignore[operator]
+
+
+def first_infinite_gain(labels: Any, spec: GainLike = "exp2", *,
+                        dtype: torch.dtype = torch.float32) -> int | None:
+    """Index of the first of the flat ``labels`` (array or tensor) whose gain under ``spec`` is not
+    finite in ``dtype``, or None. Labels a mapping does not cover are left to :func:`gain` to report."""
+    values = torch.as_tensor(labels).reshape(-1).to(dtype)
+    distinct, position = torch.unique(values, return_inverse=True)
+    try:
+        finite = torch.isfinite(torch.as_tensor(gain(distinct, spec), dtype=dtype))
+    except ValueError:
+        return None
+    bad = ~finite[position]
+    return int(bad.nonzero()[0, 0]) if bool(bad.any()) else None
 
 
 def discount(ranks: Tensor, spec: DiscountLike = "log2", *, list_size: Tensor | int | None = None

@@ -351,6 +351,29 @@ def test_a_damaged_checkpoint_is_named_on_resume(folds, model, tmp_path, capsys,
     assert main(["train", str(config), "--resume", "--quiet"]) == 0
 
 
+def test_a_label_with_an_infinite_gain_is_named_by_file_and_line(folds, tmp_path, capsys):
+    # "gain: the gain of some label is not finite" named no file, and came after the run folder.
+    lines = (folds / "train.txt").read_text().splitlines(keepends=True)
+    lines[2] = "200" + lines[2][lines[2].index(" "):]
+    big = tmp_path / "big.txt"
+    big.write_text("".join(lines))
+    config = _config(tmp_path / "c.yaml", folds, tmp_path / "run", train=str(big))
+    assert main(["train", str(config), "--quiet"]) == 2
+    assert (f"data.train: {big}:3: label 200 has no finite gain under loss.options.gain ('exp2') in float32"
+            in _error(capsys))
+    assert not (tmp_path / "run").exists()
+    # ListNet has no gain; the LETOR 4.0 metrics compute 2^200 - 1 in float64.
+    assert main(["train", str(config), "--quiet", "loss.name=list_net"]) == 0
+    lines[2] = "1100" + lines[2][lines[2].index(" "):]
+    big.write_text("".join(lines))
+    predictions = tmp_path / "p.pred"
+    predictions.write_text("0.5\n" * len(lines))
+    evaluate = ["evaluate", "--data", str(big), "--predictions", str(predictions)]
+    assert main(evaluate) == 2
+    assert f"--data: {big}:3: label 1100 has no finite gain under --convention letor4" in _error(capsys)
+    assert main([*evaluate, "--convention", "trec"]) == 0
+
+
 # ------------------------------------------------------------------------------ 5. demo options
 @pytest.mark.parametrize("args, message", [
     (["--folds", "1-99999999999999999999"], "--folds: expected a range within 1-5"),

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from smoothrank.gains import discount, gain
+from smoothrank.gains import discount, first_infinite_gain, gain
 
 
 def test_gains():
@@ -37,3 +37,13 @@ def test_unmapped_label_is_an_error():
 def test_linear_discount_needs_list_size():
     with pytest.raises(ValueError, match="list_size"):
         discount(torch.ones(2), "linear")
+
+
+def test_first_infinite_gain_finds_the_first_label_beyond_the_dtype():
+    labels = [0.0, 127, 3, 128, 1024, 128]
+    assert first_infinite_gain(labels, "exp2", dtype=torch.float32) == 3  # 2^128 - 1 is inf in float32
+    assert first_infinite_gain(labels, "exp2", dtype=torch.float64) == 4  # 2^1024 - 1 in float64
+    assert first_infinite_gain(labels, "linear", dtype=torch.float32) is None
+    assert first_infinite_gain(labels, {0: 0, 127: 1, 3: 2, 128: 1e300, 1024: 1}) == 3  # 1e300: inf in float32
+    assert first_infinite_gain(labels, {0: 0}) is None  # an unmapped label is gain()'s to report
+    assert first_infinite_gain([], "exp2") is None

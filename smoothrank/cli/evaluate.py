@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
+import torch
 
 from smoothrank.cli import CLIError
 from smoothrank.metrics import PRESETS, evaluate_flat, get_convention, mean_metrics, parse_metric
@@ -58,12 +59,14 @@ def _json_number(value: float) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     from smoothrank.data import load_letor, read_predictions  # the data layer loads only when needed
+    from smoothrank.data.dataset import check_label_gains
 
     names = _metric_names(args.metrics)
     conv = get_convention(args.convention)
     if args.n_features is not None and args.n_features < 1:
         raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
     dataset = load_letor(args.data, n_features=args.n_features, regroup=args.regroup)
+    check_label_gains(dataset, "--data", conv.gain, option=f"--convention {conv.name}", dtype=torch.float64)
     predictions = read_predictions(args.predictions, expected=dataset.n_docs)
     # Prediction i belongs to the i-th data line of the file, whatever the dataset's row order.
     scores = np.empty(dataset.n_docs, dtype=np.float64)

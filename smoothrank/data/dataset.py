@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from smoothrank.errors import SmoothrankError
+
+if TYPE_CHECKING:
+    import torch
 
 #: The largest integer up to which float32 holds every integer exactly: integer labels above it
 #: would change in the cast to float32 (16777217 -> 16777216), so the reader and from_arrays refuse them.
@@ -256,6 +260,22 @@ def check_finite_features(ds: Dataset, what: str, features: np.ndarray | None = 
     raise SmoothrankError(f"{what}: {ds.source}:{int(ds.line_numbers[row])}: column {col} (row {row}) is "
                           f"{float(f[row, col])!r}; features must be finite float32: fill or drop NaN/inf "
                           "first (e.g. np.log of 0 is -inf: use np.log1p or a SignedLog1p transform)")
+
+
+def check_label_gains(ds: Dataset, what: str, gain: Any, *, option: str, dtype: torch.dtype) -> None:
+    """Raise a SmoothrankError naming the first label of ``ds`` (source line) whose gain under ``gain``
+    (a :mod:`smoothrank.gains` spec, the value of ``option``) is not finite in ``dtype``: the loss or
+    metric computing it would stop at its first batch with an error that names no line (2^y - 1 is
+    inf from label 128 in float32, 1024 in float64)."""
+    from smoothrank.gains import first_infinite_gain  # torch is loaded by the caller anyway
+
+    row = first_infinite_gain(ds.labels, gain, dtype=dtype)
+    if row is None:
+        return
+    label = float(ds.labels[row])
+    raise SmoothrankError(f"{what}: {ds.source}:{int(ds.line_numbers[row])}: label {label:g} has no finite "
+                          f"gain under {option} ({gain!r}) in {str(dtype).removeprefix('torch.')}; use "
+                          "smaller grades or another gain")
 
 
 def _validate(ds: Dataset) -> None:

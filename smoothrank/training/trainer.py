@@ -301,6 +301,23 @@ def _warn_unrankable(splits: Mapping[str, Any], select_by: str) -> None:
                       TrainingWarning, stacklevel=3)
 
 
+def _check_gains(splits: Mapping[str, Any], config: Config, *, custom_loss: bool) -> None:
+    """Refuse a label whose gain is infinite, naming its split, file and line, before the run folder
+    is touched: the loss's gain in the model's float32 (a built-in loss with a ``gain`` option) and
+    the evaluation convention's in the metrics' float64."""
+    from smoothrank import losses
+    from smoothrank.data.dataset import check_label_gains
+    from smoothrank.metrics import get_convention
+
+    checks = [("evaluation.convention", get_convention(config.evaluation.convention).gain, torch.float64)]
+    loss_options = {} if custom_loss else losses.options(config.loss.name)
+    if "gain" in loss_options:
+        checks.append(("loss.options.gain", {**loss_options, **config.loss.options}["gain"], torch.float32))
+    for name, dataset in splits.items():
+        for option, gain, dtype in checks:
+            check_label_gains(dataset, f"data.{name}", gain, option=option, dtype=dtype)
+
+
 def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
     atomic_write_text(run_dir / METRICS_LOG, "".join(json.dumps(row) + "\n" for row in history))
 
@@ -477,6 +494,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                               f"has {n_features}")
 
     _warn_unrankable(splits, config.evaluation.select_by)
+    _check_gains(splits, config, custom_loss=loss_fn is not None)
     if "valid" not in splits and config.training.early_stopping_patience is not None:
         warnings.warn("training.early_stopping_patience: there is no validation split (data.valid) to stop "
                       "on, so every epoch runs and the last one is kept", TrainingWarning, stacklevel=2)
