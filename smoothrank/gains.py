@@ -114,6 +114,8 @@ def first_infinite_gain(labels: Any, spec: GainLike = "exp2", *,
         finite = torch.isfinite(torch.as_tensor(gain(distinct, spec), dtype=dtype))
     except ValueError:
         return None
+    if finite.shape != distinct.shape:  # not elementwise: gain()'s callers report it
+        return None
     bad = ~finite[position]
     return int(bad.nonzero()[0, 0]) if bool(bad.any()) else None
 

@@ -364,6 +364,9 @@ def test_a_label_with_an_infinite_gain_is_named_by_file_and_line(folds, tmp_path
     assert not (tmp_path / "run").exists()
     # ListNet has no gain; the LETOR 4.0 metrics compute 2^200 - 1 in float64.
     assert main(["train", str(config), "--quiet", "loss.name=list_net"]) == 0
+    # The loss sees the training split only: label 200 in the test split trained fine before.
+    test_only = _config(tmp_path / "t.yaml", folds, tmp_path / "run-t", test=str(big))
+    assert main(["train", str(test_only), "--quiet", "loss.name=lambda_rank"]) == 0
     lines[2] = "1100" + lines[2][lines[2].index(" "):]
     big.write_text("".join(lines))
     predictions = tmp_path / "p.pred"
@@ -372,6 +375,14 @@ def test_a_label_with_an_infinite_gain_is_named_by_file_and_line(folds, tmp_path
     assert main(evaluate) == 2
     assert f"--data: {big}:3: label 1100 has no finite gain under --convention letor4" in _error(capsys)
     assert main([*evaluate, "--convention", "trec"]) == 0
+    # No gain is computed for MAP and P@k: nothing to refuse (in evaluate or in training).
+    assert main([*evaluate, "--metrics", "map,p@3"]) == 0
+    big_test = str(_config(tmp_path / "m.yaml", folds, tmp_path / "run-m", test=str(big)))
+    no_gain = ["evaluation.metrics=[map,p@3]", "evaluation.select_by=map", "loss.name=list_net"]
+    assert main(["train", big_test, "--quiet", *no_gain]) == 0
+    elsewhere = "output.run_dir=" + str(tmp_path / "n")
+    assert main(["train", big_test, "--quiet", "loss.name=list_net", elsewhere]) == 2
+    assert f"data.test: {big}:3: label 1100 has no finite gain under evaluation.convention" in _error(capsys)
 
 
 # ------------------------------------------------------------------------------ 5. demo options

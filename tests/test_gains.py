@@ -44,6 +44,9 @@ def test_first_infinite_gain_finds_the_first_label_beyond_the_dtype():
     assert first_infinite_gain(labels, "exp2", dtype=torch.float32) == 3  # 2^128 - 1 is inf in float32
     assert first_infinite_gain(labels, "exp2", dtype=torch.float64) == 4  # 2^1024 - 1 in float64
     assert first_infinite_gain(labels, "linear", dtype=torch.float32) is None
-    assert first_infinite_gain(labels, {0: 0, 127: 1, 3: 2, 128: 1e300, 1024: 1}) == 3  # 1e300: inf in float32
-    assert first_infinite_gain(labels, {0: 0}) is None  # an unmapped label is gain()'s to report
+    mapping = {0: 0, 127: 1, 3: 2, 128: 1e300, 1024: 1}  # 1e300 is inf in float32
+    assert first_infinite_gain(labels, mapping) == 3
+    # an unmapped label, or a gain that is not elementwise, is gain()'s callers' to report
+    assert first_infinite_gain(labels, {0: 0}) is None
+    assert first_infinite_gain(labels, lambda y: y.sum()) is None
     assert first_infinite_gain([], "exp2") is None

@@ -16,7 +16,7 @@ import torch
 
 from smoothrank.cli import CLIError
 from smoothrank.metrics import PRESETS, evaluate_flat, get_convention, mean_metrics, parse_metric
-from smoothrank.metrics.evaluate import LETOR4_METRICS
+from smoothrank.metrics.evaluate import LETOR4_METRICS, uses_gain
 
 
 def add_parser(subparsers: Any) -> None:
@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if args.n_features is not None and args.n_features < 1:
         raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
     dataset = load_letor(args.data, n_features=args.n_features, regroup=args.regroup)
-    check_label_gains(dataset, "--data", conv.gain, option=f"--convention {conv.name}", dtype=torch.float64)
+    if uses_gain(names):
+        check_label_gains(dataset, "--data", conv.gain, option=f"--convention {conv.name}",
+                          dtype=torch.float64)
     predictions = read_predictions(args.predictions, expected=dataset.n_docs)
     # Prediction i belongs to the i-th data line of the file, whatever the dataset's row order.
     scores = np.empty(dataset.n_docs, dtype=np.float64)

@@ -63,7 +63,7 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
         The exact distribution's implementation: the compiled CPU kernel, the pure-PyTorch
         recursion, or the Fourier form (:mod:`smoothrank.softrank.rank_binomial`); ``"auto"``
         takes the kernel on the CPU and the Fourier form on a GPU. Checked with every ``method``;
-        ``"normal"`` (without Sinkhorn) uses none of them.
+        ``"normal"`` uses none of them.
 
     Returns
     -------

@@ -48,6 +48,12 @@ def parse_metric(name: str) -> tuple[str, int | None]:
     return kind, k
 
 
+def uses_gain(metrics: Iterable[str]) -> bool:
+    """Whether any of the metric names computes gains (NDCG, DCG): the metrics whose labels must have
+    a finite gain under the convention."""
+    return any(parse_metric(name)[0] in ("ndcg", "dcg") for name in metrics)
+
+
 def _one(kind: str, k: int | None, conv: Convention, args: tuple, common: dict[str, Any]) -> Tensor:
     if kind == "ndcg":
         return ndcg(*args, k=k, gain=conv.gain, discount=conv.discount, empty=conv.ndcg_empty,

@@ -302,20 +302,29 @@ def _warn_unrankable(splits: Mapping[str, Any], select_by: str) -> None:
 
 
 def _check_gains(splits: Mapping[str, Any], config: Config, *, custom_loss: bool) -> None:
-    """Refuse a label whose gain is infinite, naming its split, file and line, before the run folder
-    is touched: the loss's gain in the model's float32 (a built-in loss with a ``gain`` option) and
-    the evaluation convention's in the metrics' float64."""
+    """Refuse a label whose gain is infinite where a gain of it is computed, naming its split, file
+    and line, before the run folder is touched: the loss's gain (a built-in loss with a ``gain``
+    option) in the model's float32 on the training split, and the evaluation convention's in the
+    metrics' float64 on the splits that NDCG/DCG metrics score."""
     from smoothrank import losses
     from smoothrank.data.dataset import check_label_gains
     from smoothrank.metrics import get_convention
+    from smoothrank.metrics.evaluate import uses_gain
 
-    checks = [("evaluation.convention", get_convention(config.evaluation.convention).gain, torch.float64)]
+    checks = []  # (split, option, gain, dtype)
     loss_options = {} if custom_loss else losses.options(config.loss.name)
     if "gain" in loss_options:
-        checks.append(("loss.options.gain", {**loss_options, **config.loss.options}["gain"], torch.float32))
-    for name, dataset in splits.items():
-        for option, gain, dtype in checks:
-            check_label_gains(dataset, f"data.{name}", gain, option=option, dtype=dtype)
+        loss_gain = {**loss_options, **config.loss.options}["gain"]
+        checks.append(("train", "loss.options.gain", loss_gain, torch.float32))
+    convention = ("evaluation.convention", get_convention(config.evaluation.convention).gain, torch.float64)
+    if uses_gain(config.evaluation.metrics):
+        checks += [(split, *convention) for split in ("valid", "test")]
+    schedule = build_schedule(config.schedule, config.optimizer.lr)
+    if schedule.needs_train_metric and uses_gain([config.schedule.metric]):
+        checks.append(("train", *convention))
+    for split, option, gain, dtype in checks:
+        if split in splits:
+            check_label_gains(splits[split], f"data.{split}", gain, option=option, dtype=dtype)
 
 
 def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
