@@ -581,3 +581,11 @@ def test_the_losses_take_a_numpy_mask_as_the_metrics_do():
         assert torch.equal(fn(s, y, mask=mask), fn(s, y, mask=torch.from_numpy(mask))), name
     with pytest.raises(SmoothrankError, match="mask"):
         losses.neural_ndcg(s, y, mask=mask.astype(int))
+
+
+def test_labels_on_a_device_they_cannot_leave_are_named_as_such():
+    # It said "labels: expected numbers, got Tensor": the right argument, the wrong reason.
+    with pytest.raises(SmoothrankError, match="labels: cannot be moved from meta to the scores' device cpu"):
+        losses.list_net(torch.randn(2, 3), torch.ones(2, 3, device="meta"))
+    with pytest.raises(SmoothrankError, match="labels: expected numbers, got list"):
+        losses.list_net(torch.randn(2, 3), [["a", "b", "c"]] * 2)

@@ -49,7 +49,10 @@ def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, T
         scores = scores.float()
     try:
         labels = torch.as_tensor(labels, device=scores.device)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError) as err:
+        if isinstance(labels, Tensor):  # numbers, but on a device they cannot be copied from (meta)
+            raise SmoothrankError(f"labels: cannot be moved from {labels.device} to the scores' device "
+                                  f"{scores.device} ({type(err).__name__})") from None
         raise SmoothrankError(f"labels: expected numbers, got {type(labels).__name__}") from None
     if scores.dim() == 1:
         scores = scores.unsqueeze(0)
