@@ -115,6 +115,29 @@ def test_a_file_that_is_not_a_model_is_a_clear_error(folds, tmp_path, capsys):
     assert f"{not_model}: not a smoothrank model file" in _error(capsys)
 
 
+def test_a_truncated_model_file_is_named(folds, model, tmp_path, capsys):
+    # torch's zip reader raises OSError("Invalid argument") naming no file on some cuts: the error
+    # printed "smoothrank: error: Invalid argument" without the path.
+    data = model.read_bytes()
+    for size in range(0, len(data), len(data) // 20):  # the later cuts raise that OSError
+        cut = tmp_path / f"cut{size}.pt"
+        cut.write_bytes(data[:size])
+        assert main(["predict", str(cut), str(folds / "test.txt"), "--out", str(tmp_path / "p")]) == 2
+        assert f"{cut}: not a smoothrank model file" in _error(capsys)
+
+
+def test_an_oserror_naming_no_file_while_loading_names_the_model(folds, model, tmp_path, capsys, monkeypatch):
+    # What torch's zip reader raised on a cut 6.6 kB MLP model.pt (cuts past about 4.1 kB).
+    from smoothrank.training import _io
+
+    def cut_zip(*_args, **_kwargs):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(_io.torch, "load", cut_zip)
+    assert main(["predict", str(model), str(folds / "test.txt"), "--out", str(tmp_path / "p")]) == 2
+    assert f"{model}: not a smoothrank model file (Invalid argument)" in _error(capsys)
+
+
 def test_a_directory_given_as_model_is_named(folds, model, tmp_path, capsys):
     out = str(tmp_path / "p")
     assert main(["predict", str(model.parent), str(folds / "test.txt"), "--out", out]) == 2

@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from smoothrank import __version__
 from smoothrank.errors import DataFormatError, SmoothrankError
 from smoothrank.models import build_model
-from smoothrank.training._io import atomic_torch_save
+from smoothrank.training._io import atomic_torch_save, load_torch_file
 
 __all__ = ["FORMAT", "FeatureMismatchError", "RankingModel", "load_model", "save_model"]
 
@@ -98,12 +97,7 @@ def load_model(path: str | Path) -> RankingModel:
         raise SmoothrankError(f"{path}: is a directory, not a model file{hint}")
     if not path.is_file():
         raise FileNotFoundError(2, "No such model file", str(path))
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except OSError:
-        raise  # unreadable (permissions, I/O): the CLI reports it with the path
-    except Exception as err:  # another file trips the weights-only unpickler anywhere (IndexError, ...)
-        raise DataFormatError(f"{path}: not a smoothrank model file ({type(err).__name__})") from None
+    blob = load_torch_file(path, "not a smoothrank model file")
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise DataFormatError(f"{path}: not a smoothrank model file")
     if blob.get("format_version", 0) > FORMAT_VERSION:

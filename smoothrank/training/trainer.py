@@ -36,7 +36,7 @@ from smoothrank import __version__
 from smoothrank._atomic import blocking_file, folder_lock
 from smoothrank.errors import ConfigError, DataFormatError, SmoothrankError, SmoothrankWarning
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
-from smoothrank.training._io import atomic_torch_save, atomic_write_text
+from smoothrank.training._io import atomic_torch_save, atomic_write_text, load_torch_file
 from smoothrank.training.artifact import RankingModel, save_model
 from smoothrank.training.config import Config, dump_config
 from smoothrank.training.schedules import build_schedule, set_lr
@@ -382,21 +382,16 @@ _CHECKPOINT_KEYS = ("epoch", "model", "optimizer", "schedule", "best_state", "be
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The state a training run saved in ``path`` after each epoch; a damaged file, or another kind
     of file (a model artifact copied over it), is a :class:`DataFormatError` naming the path."""
+    what = "damaged or not a smoothrank training checkpoint"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except OSError as err:
-        if err.filename is not None:
-            raise  # unreadable (permissions, I/O): the CLI reports it with the path
-        reason = err.strerror or type(err).__name__  # the zip reader's "Invalid argument" on a cut file
-    except Exception as err:  # the weights-only unpickler's UnpicklingError, EOFError, ...
-        reason = type(err).__name__
-    else:
-        missing = [k for k in _CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else ["all"]
-        if not missing:
-            return state
+        state = load_torch_file(path, what)
+    except DataFormatError as err:
+        raise DataFormatError(f"{err}; delete it to train the run from the start") from None
+    missing = [k for k in _CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else ["all"]
+    if missing:
         reason = f"no {', '.join(missing[:3])}" if missing != ["all"] else "not a dictionary"
-    raise DataFormatError(f"{path}: damaged or not a smoothrank training checkpoint ({reason}); delete it "
-                          "to train the run from the start")
+        raise DataFormatError(f"{path}: {what} ({reason}); delete it to train the run from the start")
+    return state
 
 
 def config_differences(run: Any, now: Any, prefix: str = "", limit: int = 5) -> list[str]:
