@@ -192,7 +192,8 @@ def parse_letor(
     query_sizes: Sequence[int] | None = None,
     **options: object,
 ) -> Dataset:
-    """Parse LETOR text already in memory (the options are those of :func:`load_letor`).
+    """Parse LETOR text already in memory (the options are those of :func:`load_letor` except
+    ``cache`` and ``query_file``: give the query sizes as ``query_sizes``).
 
     ``data`` is bytes or a buffer of them (bytearray, memoryview, mmap: copied once); text (``str``)
     must be encoded first.

@@ -18,8 +18,9 @@ Presets
 ``trec``     trec_eval's ``ndcg_cut.k``, ``P.k``, ``map``, ``recip_rank``: gain = label, discount
              1/log2(1 + r), ideal DCG over the top k of the judged documents, a query with no
              relevant document scores 0, relevance_level 1. trec_eval orders tied scores by docno,
-             descending; :func:`smoothrank.metrics.evaluate_flat` reproduces that when given the
-             document ids, :func:`smoothrank.metrics.evaluate` (no ids) keeps the input order.
+             descending; :func:`smoothrank.metrics.evaluate` and :func:`smoothrank.metrics.evaluate_flat`
+             reproduce that when given ``doc_ids``; without ids they keep the input order and warn
+             when real scores tie.
 """
 
 from __future__ import annotations
