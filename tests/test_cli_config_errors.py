@@ -295,6 +295,13 @@ _VALID = {"dataset": "syn", "method": "b", "fold": None, "kind": "neural"}
     json.dumps({**_VALID, "method": 5, "metrics": {"test": {"ndcg@1": 0.5}}}),
     json.dumps({**_VALID, "dataset": None, "metrics": {"test": {"ndcg@1": 0.5}}}),
     json.dumps({**_VALID, "fold": "1", "metrics": {"test": {"ndcg@1": 0.5}}}),
+    # a list as a query id was a TypeError traceback (unhashable); an infinite value leaked numpy
+    # warnings and printed +inf as a mean difference
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": 0.5}}, "per_query": {"qids": [["0"], "1"],
+                                                                              "ndcg@1": [0.5, 0.1]}}),
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": 0.5}},
+                "per_query": {"qids": ["0", "1"], "ndcg@1": [float("inf"), 0.1]}}),
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": float("-inf")}}}),
 ])
 def test_compare_names_a_damaged_result_file(two_methods, capsys, content):
     path = two_methods / "runs" / "b" / "result.json"
@@ -327,6 +334,25 @@ def test_compare_refuses_methods_without_common_test_queries(two_methods, tmp_pa
     other = tmp_path / "other"  # the same dataset name, another test file (other query ids)
     write_json(other / "runs" / "b" / "result.json", _result("b", [0.1, 0.4, 0.3], qid0=900))
     _refused(["compare", str(two_methods), "a", "b", "--b-out", str(other)], capsys, "no common test queries")
+
+
+def test_compare_interval_is_finite_at_a_tiny_alpha(two_methods, capsys):
+    # 1 - alpha/2 rounded to 1 and gave [-inf, +inf]; the upper tail's quantile has no such rounding.
+    intervals = []
+    for alpha in ("0.05", "1e-17"):
+        assert main(["compare", str(two_methods), "a", "b", "--alpha", alpha, "--format", "json"]) == 0
+        row = json.loads(capsys.readouterr().out)["ndcg@1"]
+        intervals.append(row["interval"])
+        low, high = row["interval"]
+        assert low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
+        assert (low + high) / 2 == pytest.approx(row["mean_difference"], abs=1e-12)
+    (low5, high5), (low17, high17) = intervals
+    assert high17 - low17 > 3 * (high5 - low5)  # t quantile 1e-17 / 2 at 11 df against 0.025
+
+
+def test_compare_names_a_folder_in_place_of_the_plan_file(two_methods, capsys):
+    (two_methods / "plan.json").mkdir()  # was skipped silently, and every run in the folder read
+    _refused(["compare", str(two_methods), "a", "b"], capsys, "plan.json: damaged", "--all-runs")
 
 
 @pytest.mark.parametrize("alpha", ["2", "0", "-1", "nan", "1"])

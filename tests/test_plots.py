@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -280,3 +281,108 @@ def test_missing_matplotlib_is_a_clear_error(monkeypatch, tmp_path, capsys):
     assert main(["plot", "figure1", "--out", str(tmp_path / "f.png")]) == 2
     assert not (tmp_path / "f.png").exists()
     assert "matplotlib" in capsys.readouterr().err
+
+
+# ---- a review of 2026-11-25 (adversarial inputs to plot): each of these was a traceback or a silent,
+# wrong figure.
+def test_names_with_dollars_and_undecodable_folders_are_drawn_verbatim(tmp_path, figure_titles):
+    # matplotlib reads $...$ as math (an unpaired $ was a ParseSyntaxException traceback), and a
+    # folder name that is not UTF-8 (a lone surrogate in Python) was a TypeError.
+    run = tmp_path / "cost_$5_to_$10"
+    _write_log(run)
+    plots.training_curves(run, tmp_path / "c.png")
+    _assert_png(tmp_path / "c.png")
+    assert figure_titles[-1][0] == rf"training curves: {tmp_path}/cost_\$5_to_\$10"
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/\xff"))
+    _write_log(odd)
+    plots.training_curves(odd, tmp_path / "odd.png")
+    assert figure_titles[-1][0].endswith("/\ufffd")
+    csv_path = _summary_csv(tmp_path / "dollar")
+    csv_path.write_text(csv_path.read_text().replace("\nmq2008,a,", "\nmq2008,a$^$b,"))
+    bars = plots.summary_bars(csv_path, tmp_path / "bars.png")
+    forest = plots.summary_forest(csv_path, tmp_path / "forest.png", references={"$x": {"map": 0.4}})
+    assert bars["methods"] == forest["methods"] == ["a$^$b", "b"]
+    _assert_png(tmp_path / "bars.png")
+    _assert_png(tmp_path / "forest.png")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda text: text + "mq2008,a,neural,test,ndcg@1\n", r":10: 17 fields expected"),  # truncated
+    (lambda text: text.replace("\nmq2008,b,", '\nmq2008,"b,', 1), r"not CSV \(unexpected end of data\)"),
+    (lambda text: text + text.splitlines(keepends=True)[1],
+     r"a second row for .*'a', 'test'.*first is on line 2"),
+    (lambda text: text.replace(text.splitlines()[1], ",".join(  # line 2 without its mean
+        "" if i == 5 else cell for i, cell in enumerate(text.splitlines()[1].split(",")))),
+     r":2: column 'mean': empty"),
+])
+def test_a_damaged_summary_is_refused_not_drawn(tmp_path, edit, message):
+    csv_path = _summary_csv(tmp_path)
+    text = csv_path.read_text()
+    assert text.splitlines()[0].split(",")[:6] == ["dataset", "method", "kind", "split", "metric", "mean"]
+    csv_path.write_text(edit(text))
+    for draw in (plots.summary_bars, plots.summary_forest):
+        with pytest.raises(DataFormatError, match=message):
+            draw(csv_path, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_summary_with_a_byte_order_mark_or_a_missing_cell(tmp_path):
+    csv_path = _summary_csv(tmp_path)
+    text = csv_path.read_text()
+    csv_path.write_bytes(b"\xef\xbb\xbf" + text.encode())  # as spreadsheet programs save it
+    np.testing.assert_allclose(plots.summary_bars(csv_path, tmp_path / "x.png")["mean"],
+                               [[0.4075, 0.4], [0.5075, 0.5]], atol=1e-5)
+    # A (method, metric) with no row is unknown, not a score of 0: no bar, no dot.
+    csv_path.write_text("".join(line for line in text.splitlines(keepends=True)
+                                if not line.startswith("mq2008,b,neural,test,map,")))
+    for draw in (plots.summary_bars, plots.summary_forest):
+        mean = draw(csv_path, tmp_path / "x.png")["mean"]
+        assert math.isnan(mean[1, 1]) and np.isfinite(mean[[0, 0, 1], [0, 1, 0]]).all()
+        _assert_png(tmp_path / "x.png")
+
+
+def test_curves_draw_every_logged_metric_and_refuse_infinite_values(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "metrics.jsonl"
+    # A metric undefined (null) in the last epoch, and whole-number values, were left out of the figure.
+    log.write_text('{"epoch": 1, "loss": 1, "valid_map": 0.4, "valid_ndcg@1": 1, "best_epoch": 1}\n'
+                   '{"epoch": 2, "loss": 0.5, "valid_map": null, "valid_ndcg@1": 1, "best_epoch": 1}\n')
+    data = plots.training_curves(run, tmp_path / "c.png")
+    assert set(data) == {"epoch", "loss", "valid_map", "valid_ndcg@1"}
+    np.testing.assert_array_equal(data["valid_map"], [0.4, np.nan])
+    np.testing.assert_array_equal(data["valid_ndcg@1"], [1.0, 1.0])
+    log.write_text('{"epoch": 1, "loss": 1, "valid_map": NaN}\n')  # NaN: undefined, as the trainer logs it
+    plots.training_curves(run, tmp_path / "c.png")
+    for line, key in (('{"epoch": NaN, "loss": 1}', "epoch"), ('{"epoch": 1, "loss": Infinity}', "loss"),
+                      ('{"epoch": 1, "loss": 1, "best_epoch": NaN}', "best_epoch"),
+                      ('{"epoch": 1, "loss": 1, "valid_map": -Infinity}', "valid_map")):
+        log.write_text(line + "\n")
+        with pytest.raises(DataFormatError, match=rf"metrics\.jsonl:1: '{key}' is .*, expected a finite"):
+            plots.training_curves(run, tmp_path / "bad.png")
+    assert not (tmp_path / "bad.png").exists()
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["softrank", "--temperature", "-5"], "--temperature: only for plot figure1, not plot softrank"),
+    (["figure2", "--temperature", "0.05"], "--temperature: only for plot figure1"),
+    (["figure1", "--temperatures", "1,2"], "--temperatures: only for plot figure2"),
+    (["figure1", "--sigma", "3"], "--sigma: only for plot softrank"),
+    (["figure1", "--methods", "foo"], "--methods: only for plot summary and plot forest"),
+    (["softrank", "--dataset", "bar"], "--dataset: only for plot summary and plot forest"),
+    (["figure2", "--split", "valid"], "--split: only for plot summary and plot forest"),
+])
+def test_cli_plot_refuses_options_of_other_figures(tmp_path, capsys, argv, option):
+    # They were silently ignored: the user believed tau was set while figure2 drew its own.
+    assert cli_main(["plot", *argv, "--out", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("smoothrank: error: ") and option in err, err
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_cli_plot_into_a_device_prints_no_path(tmp_path, capsys):
+    # --out /dev/stdout: the path printed after the PNG's bytes corrupted the stream.
+    assert cli_main(["plot", "figure1", "--out", os.devnull]) == 0
+    assert capsys.readouterr().out == ""
+    assert cli_main(["plot", "figure1", "--out", str(tmp_path / "f.png"), "--temperature", "0.5"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "f.png")

@@ -137,7 +137,7 @@ def _results(out: Path, *, all_runs: bool = False) -> tuple[list[dict[str, Any]]
         raise CLIError(f"{out}: not an experiment output folder (no runs/ inside)")
     results = load_results(out, ensembles=True)
     plan_path = out / PLAN_FILE
-    if all_runs or not plan_path.is_file():
+    if all_runs or not plan_path.exists():  # a folder in its place is damage, named below
         return results, set()
     try:
         plan = json.loads(plan_path.read_text(encoding="utf-8"))

@@ -29,11 +29,18 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("source", nargs="?", default=None,
                         help="RUN_DIR for curves, SUMMARY.csv for summary and forest")
     parser.add_argument("--out", required=True, help="output PNG file")
-    parser.add_argument("--temperature", type=float, default=1.0, help="figure1: NeuralNDCG temperature")
-    parser.add_argument("--temperatures", default="0.01,0.1,0.5,1,2", help="figure2: comma-separated")
-    parser.add_argument("--sigma", type=float, default=0.2, help="softrank: score standard deviation")
-    parser.add_argument("--dataset", default=None, help="summary: which dataset (default: the first)")
-    parser.add_argument("--split", default="test", choices=("test", "train", "valid"), help="summary: split")
+    # Each option belongs to some figures (_OPTION_FIGURES); None = not given, so that one given to
+    # another figure is refused rather than silently ignored. Defaults: _DEFAULTS.
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="figure1: NeuralNDCG temperature (default 1)")
+    parser.add_argument("--temperatures", default=None,
+                        help="figure2: comma-separated (default 0.01,0.1,0.5,1,2)")
+    parser.add_argument("--sigma", type=float, default=None,
+                        help="softrank: score standard deviation (default 0.2)")
+    parser.add_argument("--dataset", default=None,
+                        help="summary, forest: which dataset (default: the first)")
+    parser.add_argument("--split", default=None, choices=("test", "train", "valid"),
+                        help="summary, forest: split (default test)")
     parser.add_argument("--methods", default=None,
                         help="summary, forest: comma-separated methods (default: all)")
     parser.add_argument("--metrics", default=None,
@@ -43,14 +50,33 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+_OPTION_FIGURES = {
+    "temperature": ("figure1",), "temperatures": ("figure2",), "sigma": ("softrank",),
+    "dataset": ("summary", "forest"), "split": ("summary", "forest"), "methods": ("summary", "forest"),
+    "metrics": ("summary", "forest"), "published": ("forest",),
+}
+_DEFAULTS = {"temperature": 1.0, "temperatures": "0.01,0.1,0.5,1,2", "sigma": 0.2, "split": "test"}
+
+
+def _check_options(args: Any) -> None:
+    """Refuse an option the figure does not take (a --temperature given to figure2 would otherwise
+    draw figure2's temperatures while the user believes τ was set), then fill in the defaults."""
+    for name, figures in _OPTION_FIGURES.items():
+        if getattr(args, name) not in (None, False) and args.figure not in figures:
+            only = " and ".join(f"plot {f}" for f in figures)
+            raise CLIError(f"--{name}: only for {only}, not plot {args.figure}")
+    for name, default in _DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def run(args: Any) -> int:
     from smoothrank import plots
-    from smoothrank._atomic import check_destination
+    from smoothrank._atomic import check_destination, is_device_or_fifo
 
-    check_destination(args.out, "--out")  # before any curve is computed
+    out = check_destination(args.out, "--out")  # before any curve is computed
+    _check_options(args)
     needs_source = args.figure in ("curves", "summary", "forest")
-    if args.published and args.figure != "forest":
-        raise CLIError(f"--published: only for plot forest, not plot {args.figure}")
     if needs_source and args.source is None:
         what = "run directory" if args.figure == "curves" else "summary.csv"
         raise CLIError(f"plot {args.figure}: give the {what}")
@@ -77,7 +103,8 @@ def run(args: Any) -> int:
                              metrics=_names(args.metrics, "--metrics"),
                              methods=_names(args.methods, "--methods"),
                              references=_published(args) if args.published else None)
-    print(args.out)
+    if not is_device_or_fifo(out):  # --out /dev/stdout: the PNG is the output, not followed by its name
+        print(args.out)
     return 0
 
 

@@ -364,8 +364,14 @@ def read_result(path: Path) -> dict[str, Any]:
 
 
 def _is_value(x: Any) -> bool:
-    """A metric value as stored: a number (not a bool) or null (undefined under the convention)."""
-    return x is None or (isinstance(x, int | float) and not isinstance(x, bool))
+    """A metric value as stored: a number (not a bool, not infinite: no metric is) or null, or NaN
+    (undefined under the convention)."""
+    return x is None or (isinstance(x, int | float) and not isinstance(x, bool) and not math.isinf(x))
+
+
+def _is_qid(x: Any) -> bool:
+    """A query id as stored: a string (a whole number in a result written by hand)."""
+    return isinstance(x, str) or (isinstance(x, int) and not isinstance(x, bool))
 
 
 def _value_problem(result: dict[str, Any]) -> str | None:
@@ -381,18 +387,20 @@ def _value_problem(result: dict[str, Any]) -> str | None:
     metrics = result["metrics"]
     splits = metrics.values() if isinstance(metrics, dict) else [[]]
     if not all(v is None or (isinstance(v, dict) and all(map(_is_value, v.values()))) for v in splits):
-        return "metrics: expected numbers (or null) per split and metric"
+        return "metrics: expected finite numbers (or null) per split and metric"
     per_query = result.get("per_query")
     if per_query is None:
         return None
     if not isinstance(per_query, dict) or not isinstance(per_query.get("qids", []), list):
         return "per_query: expected an object with a list of qids"
+    if not all(map(_is_qid, per_query.get("qids", []))):
+        return "per_query.qids: expected query ids (strings)"
     n = len(per_query.get("qids", []))
     for metric, values in per_query.items():
         if metric == "qids":
             continue
         if not isinstance(values, list) or len(values) != n or not all(_is_value(x) for x in values):
-            return f"per_query.{metric}: expected {n} numbers (or null), one per query id"
+            return f"per_query.{metric}: expected {n} finite numbers (or null), one per query id"
     return None
 
 

@@ -46,7 +46,8 @@ class TTest:
             return math.nan, math.nan
         from scipy import stats
 
-        half = float(stats.t.ppf(1.0 - alpha / 2.0, self.n - 1)) * self.standard_error
+        # isf(alpha/2), not ppf(1 - alpha/2): 1 - 1e-17 rounds to 1, whose quantile is infinite.
+        half = float(stats.t.isf(alpha / 2.0, self.n - 1)) * self.standard_error
         return self.mean_difference - half, self.mean_difference + half
 
     def significant(self, alpha: float = 0.05) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -42,6 +43,14 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _literal(text: object) -> str:
+    """``text`` as matplotlib should draw it, verbatim: a ``$`` in a folder or method name would
+    otherwise start math text (and an unpaired one is an error), and a lone surrogate (a file name
+    that is not UTF-8) cannot be drawn at all."""
+    chars = (c if not 0xD800 <= ord(c) <= 0xDFFF else "\ufffd" for c in str(text))
+    return "".join(chars).replace("$", r"\$")
 
 
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
@@ -182,7 +191,8 @@ def softrank_figure(path: str | os.PathLike[str], *, scores: Sequence[float] = (
     grid = np.linspace(min(scores) - 4 * sigma, max(scores) + 4 * sigma, 400)
     ax = axes[0, 0]
     for j, s in enumerate(small["scores"]):
-        density = np.exp(-0.5 * ((grid - s) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+        with np.errstate(over="ignore"):  # a tiny sigma: the square overflows, exp(-inf) is the 0 wanted
+            density = np.exp(-0.5 * ((grid - s) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
         ax.plot(grid, density, color=colours[j % len(colours)], label=f"s{j + 1}")
     ax.set_xlabel("score s")
     ax.set_ylabel("p(s)")
@@ -224,8 +234,9 @@ def softrank_figure(path: str | os.PathLike[str], *, scores: Sequence[float] = (
 
 # ------------------------------------------------------------------------------ runs
 def _read_text(path: Path) -> str:
-    """The UTF-8 text of ``path``; other bytes are a :class:`DataFormatError` naming the line."""
-    data = path.read_bytes()
+    """The UTF-8 text of ``path`` (a byte-order mark, which spreadsheet programs write, is dropped);
+    other bytes are a :class:`DataFormatError` naming the line."""
+    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -244,16 +255,32 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise DataFormatError(f"{path}:{number}: not a JSON object ({err.msg})") from None
         if not isinstance(row, dict) or "epoch" not in row:
             raise DataFormatError(f"{path}:{number}: expected a JSON object with an 'epoch' key")
-        # The values drawn: numbers (or null for a metric a convention left undefined).
+        # The values drawn: numbers (or null, or NaN, for a metric a convention left undefined);
+        # an epoch is a finite number, and no value is infinite.
         for key, value in row.items():
-            drawn = key in ("epoch", "loss", "best_epoch") or key.startswith(("valid_", "train_"))
+            if not _drawn(key):
+                continue
             number_like = isinstance(value, int | float) and not isinstance(value, bool)
-            if drawn and not (number_like or (value is None and key != "epoch")):
+            if not (number_like or (value is None and key != "epoch")):
                 raise DataFormatError(f"{path}:{number}: {key!r} is {value!r}, expected a number")
+            if number_like and (math.isinf(value) or (math.isnan(value) and key in ("epoch", "best_epoch"))):
+                raise DataFormatError(f"{path}:{number}: {key!r} is {value!r}, expected a finite number")
         rows.append(row)
     if not rows:
         raise DataFormatError(f"{path}: no epochs logged yet")
     return rows
+
+
+def _drawn(key: str) -> bool:
+    """Whether ``training_curves`` draws a ``metrics.jsonl`` key (metrics: ``valid_*``, ``train_*``)."""
+    return key in ("epoch", "loss", "best_epoch") or key.startswith(("valid_", "train_"))
+
+
+def _metric_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The metrics logged in any epoch (a metric undefined in the last one is drawn all the same)."""
+    keys = (k for row in rows for k, v in row.items()
+            if k.startswith(("valid_", "train_")) and isinstance(v, int | float) and not isinstance(v, bool))
+    return list(dict.fromkeys(keys))
 
 
 def find_metrics_log(run_dir: str | os.PathLike[str]) -> Path:
@@ -280,8 +307,7 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
                           dtype=np.float64)
 
     out: dict[str, np.ndarray] = {"epoch": epochs, "loss": column("loss")}
-    metric_keys = [k for k in rows[-1]
-                   if k.startswith(("valid_", "train_")) and isinstance(rows[-1][k], float)]
+    metric_keys = _metric_keys(rows)
     for key in metric_keys:
         out[key] = column(key)
     best = rows[-1].get("best_epoch")
@@ -296,7 +322,7 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
     ax_loss.set_ylabel("training loss")
     ax_loss.grid(alpha=0.3)
     for key in metric_keys:
-        ax_metric.plot(epochs, out[key], marker=".", label=key)
+        ax_metric.plot(epochs, out[key], marker=".", label=_literal(key))
     ax_metric.set_xlabel("epoch")
     ax_metric.set_ylabel("metric")
     ax_metric.grid(alpha=0.3)
@@ -305,7 +331,7 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
     if best:
         for ax in (ax_loss, ax_metric):
             ax.axvline(best, color="grey", ls=":", label="selected epoch")
-    fig.suptitle(f"training curves: {log.parent}")
+    fig.suptitle(_literal(f"training curves: {log.parent}"))
     fig.tight_layout()
     _save(fig, path)
     return out
@@ -378,26 +404,48 @@ _LINE = "__line__"  # the key under which read_summary_rows keeps each row's lin
 
 
 def read_summary_rows(summary_csv: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of an experiment ``summary.csv``, each with its line number under ``_LINE``."""
+    """The rows of an experiment ``summary.csv``, each with its line number under ``_LINE``.
+
+    A damaged file is refused, naming the line, rather than drawn: a row with more or fewer fields
+    than the header (a truncated file, a quote left open), or a second row for one (dataset, method,
+    split, metric), which would silently replace the first."""
     csv_path = Path(summary_csv)
-    reader = csv.DictReader(io.StringIO(_read_text(csv_path), newline=""))
+    # strict: a quote still open at the end of the file is an error, not one field holding the rest
+    reader = csv.DictReader(io.StringIO(_read_text(csv_path), newline=""), strict=True)
     missing = _SUMMARY_COLUMNS - set(reader.fieldnames or [])
     if missing:
         raise DataFormatError(f"{csv_path}:1: not an experiment summary "
                               f"(missing columns {sorted(missing)})")
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple[str, ...], int] = {}
     try:
-        return [{**row, _LINE: reader.line_num} for row in reader]
+        for row in reader:
+            line = reader.line_num
+            if None in row or None in row.values():  # DictReader's marks of extra and of missing fields
+                raise DataFormatError(f"{csv_path}:{line}: {len(reader.fieldnames or [])} fields expected "
+                                      f"(the header's), got another number; is the file truncated?")
+            key = tuple(row[k] for k in ("dataset", "method", "split", "metric"))
+            if key in seen:
+                raise DataFormatError(f"{csv_path}:{line}: a second row for dataset, method, split, metric "
+                                      f"{list(key)} (the first is on line {seen[key]})")
+            seen[key] = line
+            rows.append({**row, _LINE: line})
     except csv.Error as err:
         raise DataFormatError(f"{csv_path}:{reader.line_num}: not CSV ({err})") from None
+    return rows
 
 
 def _cell(csv_path: Path, row: Mapping[str, Any], key: str) -> float:
-    """A number of a summary row: empty means unknown (NaN; a single fold has no std); anything
-    else must be a finite number (and a std non-negative), or the error names file, line and column."""
+    """A number of a summary row: an empty std means unknown (NaN; a single fold has none); anything
+    else must be a finite number (and a std non-negative), or the error names file, line and column.
+    An empty mean is an error: the runner writes no row without a value, and a bar drawn at 0 would
+    look like a score."""
     text = row.get(key)
-    if text in ("", None):
-        return math.nan
     where = f"{csv_path}:{row[_LINE]}: column {key!r}"
+    if text in ("", None):
+        if key == "mean":
+            raise DataFormatError(f"{where}: empty (a row needs its mean)")
+        return math.nan
     try:
         number = float(text)
     except ValueError:
@@ -426,16 +474,17 @@ def summary_bars(summary_csv: str | os.PathLike[str], path: str | os.PathLike[st
     colours = plt.get_cmap("tab20").colors
     hatches = ("", "///", "...", "xxx")
     for i, method in enumerate(methods):
-        # No error bar where the spread is unknown (a single fold).
+        # No error bar where the spread is unknown (a single fold), and no bar (rather than one at 0,
+        # which would read as a score) for a metric the summary has no row of for this method.
         errors = stds[i] if np.isfinite(stds[i]).any() else None
-        ax.bar(centres + (i - (len(methods) - 1) / 2) * width, np.nan_to_num(means[i]), width,
-               yerr=None if errors is None else np.nan_to_num(errors), capsize=2, label=method,
+        ax.bar(centres + (i - (len(methods) - 1) / 2) * width, means[i], width,
+               yerr=None if errors is None else np.nan_to_num(errors), capsize=2, label=_literal(method),
                color=colours[i % len(colours)], hatch=hatches[(i // len(colours)) % len(hatches)],
                edgecolor="white" if i >= len(colours) else None)
     ax.set_xticks(centres)
-    ax.set_xticklabels(names)
+    ax.set_xticklabels([_literal(name) for name in names])
     ax.set_ylabel(f"{split} mean ± std over folds")
-    ax.set_title(f"{chosen}: {split} set\n{_convention_line(convention)}")
+    ax.set_title(_literal(f"{chosen}: {split} set\n{_convention_line(convention)}"))
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
@@ -461,20 +510,22 @@ def summary_forest(summary_csv: str | os.PathLike[str], path: str | os.PathLike[
     ys = np.arange(len(methods))[::-1]  # first method on top
     styles = ("--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3)))
     colours = plt.get_cmap("tab10").colors
+    labelled: set[str] = set()
     for j, (ax, metric) in enumerate(zip(axes[0], names, strict=True)):
         ok = np.isfinite(means[:, j])
         err = np.where(np.isfinite(stds[:, j]), stds[:, j], 0.0)
         ax.errorbar(means[ok, j], ys[ok], xerr=err[ok], fmt="o", ms=4, color="black", ecolor="0.7",
                     elinewidth=1.0, capsize=2)
         for r, (name, values) in enumerate(refs.items()):
-            if metric in values:
+            if metric in values:  # labelled once, in the first panel that has it, for the legend
                 ax.axvline(values[metric], color=colours[r % len(colours)], ls=styles[r % len(styles)],
-                           lw=1.2, label=name if j == 0 else None)
-        ax.set_title(metric)
+                           lw=1.2, label=None if name in labelled else _literal(name))
+                labelled.add(name)
+        ax.set_title(_literal(metric))
         ax.grid(axis="x", alpha=0.3)
     axes[0][0].set_yticks(ys)
-    axes[0][0].set_yticklabels(methods, fontsize=8)
-    fig.suptitle(f"{chosen}: {split} set, mean ± std over folds\n{_convention_line(convention)}")
+    axes[0][0].set_yticklabels([_literal(m) for m in methods], fontsize=8)
+    fig.suptitle(_literal(f"{chosen}: {split} set, mean ± std over folds\n{_convention_line(convention)}"))
     if refs:
         fig.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9), frameon=False)
     fig.tight_layout()
