@@ -302,6 +302,7 @@ _VALID = {"dataset": "syn", "method": "b", "fold": None, "kind": "neural"}
     json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": 0.5}},
                 "per_query": {"qids": ["0", "1"], "ndcg@1": [float("inf"), 0.1]}}),
     json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": float("-inf")}}}),
+    json.dumps({**_VALID, "metrics": {"test": {"ndcg@1": 10 ** 400}}}),  # was an OverflowError traceback
 ])
 def test_compare_names_a_damaged_result_file(two_methods, capsys, content):
     path = two_methods / "runs" / "b" / "result.json"

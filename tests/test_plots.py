@@ -308,7 +308,9 @@ def test_names_with_dollars_and_undecodable_folders_are_drawn_verbatim(tmp_path,
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda text: text + "mq2008,a,neural,test,ndcg@1\n", r":10: 17 fields expected"),  # truncated
-    (lambda text: text.replace("\nmq2008,b,", '\nmq2008,"b,', 1), r"not CSV \(unexpected end of data\)"),
+    # the record with the open quote is named (csv's own count stays at the last good record)
+    (lambda text: text.replace("\nmq2008,b,", '\nmq2008,"b,', 1), r":6: not CSV \(unexpected end of data"),
+    (lambda text: text.replace("\nmq2008,b,", '\nmq2008,"b"x,', 1), r":6: not CSV \(',' expected after"),
     (lambda text: text + text.splitlines(keepends=True)[1],
      r"a second row for .*'a', 'test'.*first is on line 2"),
     (lambda text: text.replace(text.splitlines()[1], ",".join(  # line 2 without its mean
@@ -319,6 +321,7 @@ def test_a_damaged_summary_is_refused_not_drawn(tmp_path, edit, message):
     csv_path = _summary_csv(tmp_path)
     text = csv_path.read_text()
     assert text.splitlines()[0].split(",")[:6] == ["dataset", "method", "kind", "split", "metric", "mean"]
+    assert text.splitlines()[5].startswith("mq2008,b,")  # line 6 is b's first row
     csv_path.write_text(edit(text))
     for draw in (plots.summary_bars, plots.summary_forest):
         with pytest.raises(DataFormatError, match=message):
@@ -326,22 +329,36 @@ def test_a_damaged_summary_is_refused_not_drawn(tmp_path, edit, message):
     assert not (tmp_path / "x.png").exists()
 
 
-def test_a_summary_with_a_byte_order_mark_or_a_missing_cell(tmp_path):
+def test_a_summary_with_a_byte_order_mark_or_a_missing_cell(tmp_path, monkeypatch):
+    from smoothrank.plots import figures
+
+    drawn: list[list[float]] = []  # the bar heights of each figure saved
+    original = figures._save
+
+    def save(fig, path):
+        drawn.append([patch.get_height() for ax in fig.axes for patch in ax.patches])
+        return original(fig, path)
+
+    monkeypatch.setattr(figures, "_save", save)
     csv_path = _summary_csv(tmp_path)
     text = csv_path.read_text()
-    csv_path.write_bytes(b"\xef\xbb\xbf" + text.encode())  # as spreadsheet programs save it
+    # As spreadsheet programs save it: a byte-order mark, and trailing rows of commas only.
+    csv_path.write_bytes(b"\xef\xbb\xbf" + text.encode() + b"," * 16 + b"\n" + b"," * 16 + b"\n")
     np.testing.assert_allclose(plots.summary_bars(csv_path, tmp_path / "x.png")["mean"],
                                [[0.4075, 0.4], [0.5075, 0.5]], atol=1e-5)
-    # A (method, metric) with no row is unknown, not a score of 0: no bar, no dot.
+    np.testing.assert_allclose(drawn[-1], [0.4075, 0.4, 0.5075, 0.5], atol=1e-5)
+    # A (method, metric) with no row is unknown, not a score of 0: no bar (it was drawn at 0), no dot.
     csv_path.write_text("".join(line for line in text.splitlines(keepends=True)
                                 if not line.startswith("mq2008,b,neural,test,map,")))
     for draw in (plots.summary_bars, plots.summary_forest):
         mean = draw(csv_path, tmp_path / "x.png")["mean"]
         assert math.isnan(mean[1, 1]) and np.isfinite(mean[[0, 0, 1], [0, 1, 0]]).all()
         _assert_png(tmp_path / "x.png")
+    heights = drawn[-2]  # the bars: a's two, b's ndcg@1, and b's map not drawn at 0
+    assert len(heights) == 4 and math.isnan(heights[3]) and min(heights[:3]) > 0.3
 
 
-def test_curves_draw_every_logged_metric_and_refuse_infinite_values(tmp_path):
+def test_curves_draw_every_logged_metric_and_refuse_non_finite_epochs(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     log = run / "metrics.jsonl"
@@ -352,13 +369,18 @@ def test_curves_draw_every_logged_metric_and_refuse_infinite_values(tmp_path):
     assert set(data) == {"epoch", "loss", "valid_map", "valid_ndcg@1"}
     np.testing.assert_array_equal(data["valid_map"], [0.4, np.nan])
     np.testing.assert_array_equal(data["valid_ndcg@1"], [1.0, 1.0])
-    log.write_text('{"epoch": 1, "loss": 1, "valid_map": NaN}\n')  # NaN: undefined, as the trainer logs it
-    plots.training_curves(run, tmp_path / "c.png")
-    for line, key in (('{"epoch": NaN, "loss": 1}', "epoch"), ('{"epoch": 1, "loss": Infinity}', "loss"),
-                      ('{"epoch": 1, "loss": 1, "best_epoch": NaN}', "best_epoch"),
-                      ('{"epoch": 1, "loss": 1, "valid_map": -Infinity}', "valid_map")):
+    # NaN: undefined, as the trainer logs it; Infinity: a DCG beyond float (lightgbm convention, labels
+    # near 1023), as the trainer logs it too: both drawn as gaps.
+    log.write_text('{"epoch": 1, "loss": 1, "valid_map": NaN, "valid_dcg@5": Infinity}\n')
+    data = plots.training_curves(run, tmp_path / "c.png")
+    assert math.isnan(data["valid_map"][0]) and data["valid_dcg@5"][0] == math.inf
+    for line, key, why in (('{"epoch": NaN, "loss": 1}', "epoch", "expected a finite"),
+                           ('{"epoch": 1, "loss": Infinity}', "loss", "expected a finite"),
+                           ('{"epoch": 1, "loss": 1, "best_epoch": NaN}', "best_epoch", "expected a finite"),
+                           ('{"epoch": 1, "loss": 1, "valid_map": 1' + "0" * 400 + "}", "valid_map",
+                            "beyond a float")):
         log.write_text(line + "\n")
-        with pytest.raises(DataFormatError, match=rf"metrics\.jsonl:1: '{key}' is .*, expected a finite"):
+        with pytest.raises(DataFormatError, match=rf"metrics\.jsonl:1: '{key}' is .*, {why}"):
             plots.training_curves(run, tmp_path / "bad.png")
     assert not (tmp_path / "bad.png").exists()
 
@@ -368,6 +390,8 @@ def test_curves_draw_every_logged_metric_and_refuse_infinite_values(tmp_path):
     (["figure2", "--temperature", "0.05"], "--temperature: only for plot figure1"),
     (["figure1", "--temperatures", "1,2"], "--temperatures: only for plot figure2"),
     (["figure1", "--sigma", "3"], "--sigma: only for plot softrank"),
+    (["figure1", "--sigma", "0"], "--sigma: only for plot softrank"),  # 0.0 == False: was let through
+    (["figure2", "--temperature", "0"], "--temperature: only for plot figure1"),
     (["figure1", "--methods", "foo"], "--methods: only for plot summary and plot forest"),
     (["softrank", "--dataset", "bar"], "--dataset: only for plot summary and plot forest"),
     (["figure2", "--split", "valid"], "--split: only for plot summary and plot forest"),

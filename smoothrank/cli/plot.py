@@ -62,7 +62,8 @@ def _check_options(args: Any) -> None:
     """Refuse an option the figure does not take (a --temperature given to figure2 would otherwise
     draw figure2's temperatures while the user believes τ was set), then fill in the defaults."""
     for name, figures in _OPTION_FIGURES.items():
-        if getattr(args, name) not in (None, False) and args.figure not in figures:
+        value = getattr(args, name)  # not `in (None, False)`: 0.0 == False, and --sigma 0 is given
+        if value is not None and value is not False and args.figure not in figures:
             only = " and ".join(f"plot {f}" for f in figures)
             raise CLIError(f"--{name}: only for {only}, not plot {args.figure}")
     for name, default in _DEFAULTS.items():

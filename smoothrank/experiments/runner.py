@@ -364,9 +364,14 @@ def read_result(path: Path) -> dict[str, Any]:
 
 
 def _is_value(x: Any) -> bool:
-    """A metric value as stored: a number (not a bool, not infinite: no metric is) or null, or NaN
-    (undefined under the convention)."""
-    return x is None or (isinstance(x, int | float) and not isinstance(x, bool) and not math.isinf(x))
+    """A metric value as stored: a number (not a bool), or null or NaN (undefined under the
+    convention); not infinite, which the runner writes as null (``_json_safe``)."""
+    if x is None or isinstance(x, bool) or not isinstance(x, int | float):
+        return x is None
+    try:
+        return not math.isinf(x)
+    except OverflowError:  # an integer of hundreds of digits, in a result written by hand
+        return False
 
 
 def _is_qid(x: Any) -> bool:

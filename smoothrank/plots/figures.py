@@ -255,20 +255,37 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise DataFormatError(f"{path}:{number}: not a JSON object ({err.msg})") from None
         if not isinstance(row, dict) or "epoch" not in row:
             raise DataFormatError(f"{path}:{number}: expected a JSON object with an 'epoch' key")
-        # The values drawn: numbers (or null, or NaN, for a metric a convention left undefined);
-        # an epoch is a finite number, and no value is infinite.
+        # The values drawn: numbers, or null for a metric a convention left undefined. Epochs and the
+        # loss are finite; a metric may be NaN (undefined) or infinite (DCG of labels near the gain's
+        # limit under the lightgbm convention), both drawn as gaps.
         for key, value in row.items():
             if not _drawn(key):
                 continue
             number_like = isinstance(value, int | float) and not isinstance(value, bool)
             if not (number_like or (value is None and key != "epoch")):
-                raise DataFormatError(f"{path}:{number}: {key!r} is {value!r}, expected a number")
-            if number_like and (math.isinf(value) or (math.isnan(value) and key in ("epoch", "best_epoch"))):
+                raise DataFormatError(f"{path}:{number}: {key!r} is {_shorten(value)}, expected a number")
+            if number_like and not _fits_float(value):
+                raise DataFormatError(f"{path}:{number}: {key!r} is {_shorten(value)}, beyond a float")
+            if number_like and key in ("epoch", "best_epoch", "loss") and not math.isfinite(value):
                 raise DataFormatError(f"{path}:{number}: {key!r} is {value!r}, expected a finite number")
         rows.append(row)
     if not rows:
         raise DataFormatError(f"{path}: no epochs logged yet")
     return rows
+
+
+def _fits_float(value: float) -> bool:
+    """Whether a JSON number converts to a float (an integer of 400 digits does not)."""
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _shorten(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _drawn(key: str) -> bool:
@@ -315,6 +332,9 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
     fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(10.0, 3.8))
     from matplotlib.ticker import MaxNLocator
 
+    def drawn(values: np.ndarray) -> np.ndarray:  # an infinite metric is a gap, as an undefined one
+        return np.where(np.isfinite(values), values, math.nan)
+
     ax_loss.plot(epochs, out["loss"], marker=".", color="tab:red")
     for ax in (ax_loss, ax_metric):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -322,7 +342,7 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
     ax_loss.set_ylabel("training loss")
     ax_loss.grid(alpha=0.3)
     for key in metric_keys:
-        ax_metric.plot(epochs, out[key], marker=".", label=_literal(key))
+        ax_metric.plot(epochs, drawn(out[key]), marker=".", label=_literal(key))
     ax_metric.set_xlabel("epoch")
     ax_metric.set_ylabel("metric")
     ax_metric.grid(alpha=0.3)
@@ -418,9 +438,11 @@ def read_summary_rows(summary_csv: str | os.PathLike[str]) -> list[dict[str, Any
                               f"(missing columns {sorted(missing)})")
     rows: list[dict[str, Any]] = []
     seen: dict[tuple[str, ...], int] = {}
+    # A record's first line (a quoted field may span lines; reader.line_num is the record's last
+    # line, and it stays at the last good record when the next one is not CSV).
+    line = reader.line_num + 1
     try:
         for row in reader:
-            line = reader.line_num
             if None in row or None in row.values():  # DictReader's marks of extra and of missing fields
                 raise DataFormatError(f"{csv_path}:{line}: {len(reader.fieldnames or [])} fields expected "
                                       f"(the header's), got another number; is the file truncated?")
@@ -428,10 +450,12 @@ def read_summary_rows(summary_csv: str | os.PathLike[str]) -> list[dict[str, Any
             if key in seen:
                 raise DataFormatError(f"{csv_path}:{line}: a second row for dataset, method, split, metric "
                                       f"{list(key)} (the first is on line {seen[key]})")
-            seen[key] = line
-            rows.append({**row, _LINE: line})
+            if any(row.values()):  # a row of commas only, as spreadsheet programs leave, is no row
+                seen[key] = line
+                rows.append({**row, _LINE: line})
+            line = reader.line_num + 1
     except csv.Error as err:
-        raise DataFormatError(f"{csv_path}:{reader.line_num}: not CSV ({err})") from None
+        raise DataFormatError(f"{csv_path}:{line}: not CSV ({err}, in the record from here)") from None
     return rows
 
 
