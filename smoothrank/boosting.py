@@ -126,20 +126,22 @@ def _flat(values: Any, argument: str, n: int | None = None) -> np.ndarray:
 
 
 def _sizes(group_sizes: Any, n_docs: int) -> np.ndarray:
+    """The query sizes, without the empty queries: LightGBM and XGBoost accept a group of size 0
+    (``np.bincount`` of query ids with a gap gives one), which holds no document and adds nothing."""
     try:
         sizes = np.asarray(group_sizes).reshape(-1)
     except ValueError:  # ragged nesting
-        raise SmoothrankError("group_sizes: expected a flat sequence of positive integer query sizes"
+        raise SmoothrankError("group_sizes: expected a flat sequence of non-negative integer query sizes"
                               ) from None
     if sizes.size == 0 or not np.issubdtype(sizes.dtype, np.number) or (sizes != np.round(sizes)).any() \
-            or (sizes < 1).any() or (sizes > n_docs).any():
-        raise SmoothrankError("group_sizes: expected positive integer query sizes, none above the "
+            or (sizes < 0).any() or (sizes > n_docs).any():
+        raise SmoothrankError("group_sizes: expected non-negative integer query sizes, none above the "
                               f"{n_docs} documents")
     sizes = sizes.astype(np.int64)
     if int(sizes.sum()) != n_docs:
         raise SmoothrankError(f"group_sizes: the queries hold {int(sizes.sum())} documents, the scores "
                               f"{n_docs}")
-    return sizes
+    return sizes[sizes > 0]
 
 
 def _check_dtype_device(dtype: Any, device: Any) -> None:
@@ -234,8 +236,12 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
                 live_queries += int(live[:, 0].sum())
         grad[rows[mask_np]] = g_np[mask_np]
         hess[rows[mask_np]] = h_np[mask_np]
-    if not (np.isfinite(grad).all() and np.isfinite(hess).all()):
-        raise SmoothrankError(f"{_loss_name(fn)}: the gradient or Hessian is not finite at these scores")
+    if w is not None:
+        with np.errstate(over="ignore"):  # an overflow is refused just below, by name
+            grad, hess = grad * w, hess * w
+    if not (np.isfinite(grad).all() and np.isfinite(hess).all()):  # after the weights: 1e308 * 2 is inf
+        what = "these scores" if w is None else "these scores and weights"
+        raise SmoothrankError(f"{_loss_name(fn)}: the gradient or Hessian is not finite at {what}")
     # A few flat queries are harmless (a leaf weighs each query by its curvature); most of them flat
     # leave the leaves' steps bounded by min_hessian alone, which a caller who set it has chosen.
     if flat_queries and 2 * flat_queries >= live_queries and min_hessian == _MIN_HESSIAN:
@@ -246,8 +252,6 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
                       "hessian='constant' or 'diagonal' for this loss, or a larger min_hessian to bound the "
                       "step (a min_hessian set by the caller is not warned of)",
                       RuntimeWarning, stacklevel=2)
-    if w is not None:
-        grad, hess = grad * w, hess * w
     return grad, hess
 
 
@@ -370,6 +374,27 @@ def check_objective(loss: str | Callable[..., Any], *, hessian: str = "constant"
             g.set_state(state)
 
 
+def _check_caller(data: Any, builder: str, expected: str, xgboost: bool) -> None:
+    """Name the right builder when an objective is handed to the wrong library or API (PITFALLS 19):
+    each calls its objective with other arguments, which would fail deep inside as an AttributeError
+    or a misleading error (a DMatrix has a ``get_group`` too, but no ``None`` for absent weights)."""
+    is_dmatrix = hasattr(data, "get_uint_info")
+    if is_dmatrix if xgboost else (hasattr(data, "get_group") and not is_dmatrix):
+        return
+    if is_dmatrix:
+        hint = "this is XGBoost's DMatrix: use xgboost_objective with xgboost.train(..., obj=fn)"
+    elif hasattr(data, "get_group"):
+        hint = "this is LightGBM's Dataset: use lightgbm_objective with lightgbm.train"
+    elif isinstance(data, np.ndarray):
+        hint = ("an array is what scikit-learn style wrappers pass (fn(y_true, y_pred, ...)): use "
+                "lgbm_ranker_objective for lightgbm.LGBMRanker, and xgboost.train with "
+                "xgboost_objective for XGBoost")
+    else:
+        hint = "see docs/boosting.md for the builder of each library and API"
+    raise SmoothrankError(f"{builder}: the objective was called with {type(data).__name__}, not "
+                          f"{expected}; {hint}")
+
+
 def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "constant",
                        min_hessian: float = _MIN_HESSIAN, dtype: torch.dtype = torch.float64,
                        device: str | torch.device | None = None, **options: Any
@@ -383,6 +408,7 @@ def lightgbm_objective(loss: str | Callable[..., Any], *, hessian: str = "consta
     check_objective(fn, hessian=hessian, min_hessian=min_hessian, dtype=dtype, device=device)
 
     def objective(preds: np.ndarray, train_data: Any) -> tuple[np.ndarray, np.ndarray]:
+        _check_caller(train_data, "lightgbm_objective", "a lightgbm.Dataset", xgboost=False)
         group = train_data.get_group()
         if group is None:
             raise SmoothrankError("lightgbm objective: the training Dataset has no group (query sizes)")
@@ -453,6 +479,7 @@ def xgboost_objective(loss: str | Callable[..., Any], *, hessian: str = "constan
     check_objective(fn, hessian=hessian, min_hessian=min_hessian, dtype=dtype, device=device)
 
     def objective(preds: np.ndarray, dtrain: Any) -> tuple[np.ndarray, np.ndarray]:
+        _check_caller(dtrain, "xgboost_objective", "an xgboost.DMatrix", xgboost=True)
         ptr = np.asarray(dtrain.get_uint_info("group_ptr"), dtype=np.int64)
         if ptr.size < 2:
             raise SmoothrankError("xgboost objective: the DMatrix has no qid or group (query boundaries)")

@@ -297,7 +297,10 @@ def test_ties_huge_scores_and_a_single_document_give_finite_values():
     ({"min_hessian": 0.0}, "min_hessian"),
     ({"chunk_items": 0}, "chunk_items"),
     ({"group_sizes": [3, 3]}, "group_sizes: the queries hold 6 documents, the scores 5"),
-    ({"group_sizes": [2, 0, 3]}, "group_sizes: expected positive integer"),
+    ({"group_sizes": [2, -1, 4]}, "group_sizes: expected non-negative integer"),
+    # finite gradients times weights near the float64 limit: the check comes after the weights
+    ({"weights": [1e308] * 5, "scores": [300.0, 200.0, 100.0, 0.0, 50.0], "loss": "list_mle"},
+     "list_mle: the gradient or Hessian is not finite at these scores and weights"),
     ({"scores": [0.0, np.nan, 0.0, 0.0, 0.0]}, "scores: value nan at document 1"),
     ({"labels": [0.0, 1.0]}, "labels: 2 values for 5 documents"),
     ({"weights": [1.0] * 4}, "weights: 4 values for 5 documents"),
@@ -310,7 +313,7 @@ def test_ties_huge_scores_and_a_single_document_give_finite_values():
     ({"dtype": torch.int64}, "dtype: expected a floating torch.dtype"),
     ({"device": "gpu0"}, "device: "),
     ({"group_sizes": [[2], [3, 0]]}, "group_sizes: expected a flat sequence"),
-    ({"group_sizes": [1e30]}, "group_sizes: expected positive integer query sizes, none above"),
+    ({"group_sizes": [1e30]}, "group_sizes: expected non-negative integer query sizes, none above"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     args = {"loss": "list_net", "scores": np.zeros(5), "labels": [1.0, 0.0, 0.0, 2.0, 0.0],
@@ -701,3 +704,46 @@ def test_the_adapters_refuse_a_bad_dtype_or_device_when_made():
             make("list_net", dtype="float32")
         with pytest.raises(SmoothrankError, match="device: "):
             make("list_net", device="gpu0")
+
+
+def test_empty_queries_are_skipped_as_the_boosters_do(mq2008_part):
+    # LightGBM and XGBoost train with a group of size 0 (np.bincount of query ids with a gap gives
+    # one); the objectives refused it.
+    import lightgbm as lgb
+    import xgboost as xgb
+
+    X, y, sizes = mq2008_part
+    with_gap = np.insert(sizes, [0, 2, len(sizes)], 0)
+    scores = np.random.default_rng(0).normal(size=len(y))
+    for hessian in ("constant", "diagonal"):
+        expected = boosting_gradients("lambda_rank", scores, y, sizes, hessian=hessian)
+        got = boosting_gradients("lambda_rank", scores, y, with_gap, hessian=hessian)
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+    params = {"objective": lightgbm_objective("list_net"), "verbosity": -1, "num_threads": 1,
+              "min_data_in_leaf": 5}
+    gap = lgb.train(params, lgb.Dataset(X, label=y, group=with_gap), 3).predict(X)
+    plain = lgb.train(params, lgb.Dataset(X, label=y, group=sizes), 3).predict(X)
+    np.testing.assert_array_equal(gap, plain)
+    booster = xgb.train({"base_score": 0, "nthread": 1}, xgb.DMatrix(X, label=y, group=with_gap), 2,
+                        obj=xgboost_objective("list_net"))
+    assert np.isfinite(booster.predict(xgb.DMatrix(X))).all()
+
+
+def test_an_objective_handed_to_the_wrong_api_names_the_right_builder(mq2008_part):
+    # PITFALLS 19: each library and API calls its objective with other arguments; these were raw
+    # AttributeErrors (or, for a DMatrix given to lightgbm_objective, a misleading weights error).
+    import lightgbm as lgb
+    import xgboost as xgb
+
+    X, y, sizes = mq2008_part
+    with pytest.raises(SmoothrankError, match=r"lightgbm_objective: .*ndarray.*use lgbm_ranker_objective"):
+        lgb.LGBMRanker(objective=lightgbm_objective("list_net"), n_estimators=1, verbosity=-1).fit(
+            X, y, group=sizes)
+    with pytest.raises(SmoothrankError, match=r"xgboost_objective: .*ndarray.*xgboost.train"):
+        xgb.XGBRegressor(objective=xgboost_objective("list_net"), n_estimators=1).fit(X, y)
+    with pytest.raises(SmoothrankError, match=r"xgboost_objective: .*Dataset.*use lightgbm_objective"):
+        lgb.train({"objective": xgboost_objective("list_net"), "verbosity": -1},
+                  lgb.Dataset(X, label=y, group=sizes), 1)
+    with pytest.raises(SmoothrankError, match=r"lightgbm_objective: .*DMatrix.*use xgboost_objective"):
+        xgb.train({}, xgb.DMatrix(X, label=y, group=sizes), 1, obj=lightgbm_objective("list_net"))
