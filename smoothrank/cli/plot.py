@@ -32,15 +32,15 @@ def add_parser(subparsers: Any) -> None:
     # Each option belongs to some figures (_OPTION_FIGURES); None = not given, so that one given to
     # another figure is refused rather than silently ignored. Defaults: _DEFAULTS.
     parser.add_argument("--temperature", type=float, default=None,
-                        help="figure1: NeuralNDCG temperature (default 1)")
+                        help=f"figure1: NeuralNDCG temperature (default {_DEFAULTS['temperature']:g})")
     parser.add_argument("--temperatures", default=None,
-                        help="figure2: comma-separated (default 0.01,0.1,0.5,1,2)")
+                        help=f"figure2: comma-separated (default {_DEFAULTS['temperatures']})")
     parser.add_argument("--sigma", type=float, default=None,
-                        help="softrank: score standard deviation (default 0.2)")
+                        help=f"softrank: score standard deviation (default {_DEFAULTS['sigma']:g})")
     parser.add_argument("--dataset", default=None,
                         help="summary, forest: which dataset (default: the first)")
     parser.add_argument("--split", default=None, choices=("test", "train", "valid"),
-                        help="summary, forest: split (default test)")
+                        help=f"summary, forest: split (default {_DEFAULTS['split']})")
     parser.add_argument("--methods", default=None,
                         help="summary, forest: comma-separated methods (default: all)")
     parser.add_argument("--metrics", default=None,

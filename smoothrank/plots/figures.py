@@ -288,15 +288,18 @@ def _shorten(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+_METRIC_PREFIXES = ("valid_", "train_")  # the metrics of a metrics.jsonl row
+
+
 def _drawn(key: str) -> bool:
-    """Whether ``training_curves`` draws a ``metrics.jsonl`` key (metrics: ``valid_*``, ``train_*``)."""
-    return key in ("epoch", "loss", "best_epoch") or key.startswith(("valid_", "train_"))
+    """Whether ``training_curves`` draws a ``metrics.jsonl`` key (the epoch, the loss, the metrics)."""
+    return key in ("epoch", "loss", "best_epoch") or key.startswith(_METRIC_PREFIXES)
 
 
 def _metric_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The metrics logged in any epoch (a metric undefined in the last one is drawn all the same)."""
     keys = (k for row in rows for k, v in row.items()
-            if k.startswith(("valid_", "train_")) and isinstance(v, int | float) and not isinstance(v, bool))
+            if k.startswith(_METRIC_PREFIXES) and isinstance(v, int | float) and not isinstance(v, bool))
     return list(dict.fromkeys(keys))
 
 
