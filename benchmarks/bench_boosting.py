@@ -49,6 +49,8 @@ _TWICE_DIFFERENTIABLE = {"lambda_rank": {}, "list_net": {}, "list_mle": {}, "app
 CASES.update({f"{loss}-diag": (loss, "diagonal", o) for loss, o in _TWICE_DIFFERENTIABLE.items()})
 # the diagonal with one list position per backward pass (smoothrank before 2026-11-24)
 CASES.update({f"{loss}-diag-1pos": (loss, "diagonal", o) for loss, o in _TWICE_DIFFERENTIABLE.items()})
+# the pairwise losses' diagonal by autograd, positions batched (before their closed form, 2026-11-25)
+CASES.update({f"{loss}-diag-autograd": (loss, "diagonal", {}) for loss in ("rank_net", "lambda_rank")})
 BUILTIN = "lightgbm lambdarank (built in)"
 TREES = {"learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20, "verbosity": -1,
          "deterministic": True, "seed": 0}
@@ -92,6 +94,11 @@ def main() -> None:
         lgb.train({**params, "objective": objective}, data, num_boost_round=args.rounds_per_fit)
         return (time.perf_counter() - started) / args.rounds_per_fit
 
+    closed_form = boosting._closed_form_diagonal
+
+    def generic(fn: object) -> None:
+        return None
+
     timings: dict[str, dict[str, list[float]]] = {c: {"gradients": [], "round": [], "ratio": []}
                                                   for c in cases}
     for _ in range(args.reps):
@@ -103,6 +110,8 @@ def main() -> None:
             if loss is None:
                 continue
             boosting._DIAG_BLOCK = 1 if case.endswith("-1pos") else 0
+            # -1pos and -autograd: autograd's diagonal even where the loss has a closed form
+            boosting._closed_form_diagonal = generic if case.endswith(("-1pos", "-autograd")) else closed_form
             boosting_gradients(loss, scores, labels, sizes, hessian=hessian, **options)  # warm-up
             started = time.perf_counter()
             for _ in range(args.calls):

@@ -14,10 +14,12 @@ the training queries,
 and the booster's Newton step gives a leaf the value ``-sum(g) / (sum(h) + lambda)``. With the
 constant Hessian the trees follow the plain gradient (first-order boosting, which works for
 every loss); ``"diagonal"`` is the exact diagonal of the Hessian, taken in absolute value as in
-saddle-free Newton (Dauphin et al. 2014) since the NDCG surrogates are not convex. It needs a
-loss that autograd can differentiate twice (``list_net``, ``list_mle``, ``approx_ndcg``,
-``rank_net``, ``lambda_rank``, ``rmse``) and costs one extra backward pass per list position
-(blocks of positions share one vectorised pass).
+saddle-free Newton (Dauphin et al. 2014) since the NDCG surrogates are not convex. For
+``rank_net`` and ``lambda_rank`` (by name, bound by ``losses.get``, or the registered functions) it
+is computed in closed form, O(n^2) a query (``smoothrank.losses.pairwise.rank_net_hessian_diagonal``,
+``lambda_rank_hessian_diagonal``). Otherwise it needs a loss that autograd can differentiate twice
+(``list_net``, ``list_mle``, ``approx_ndcg``, ``rmse``, or a loss of one's own) and costs one extra
+backward pass per list position (blocks of positions share one vectorised pass).
 For ``lambda_rank`` it is LambdaMART's own Hessian, ``sigma^2 sum_j |Delta NDCG_ij| rho_ij
 (1 - rho_ij)``, so ``lambda_rank`` with ``hessian="diagonal"`` reproduces LightGBM's
 ``lambdarank`` objective (with ``lambdarank_norm=false`` and no truncation), as the tests check.
@@ -59,6 +61,7 @@ default), a batch of similar-length queries at a time, and handed back as float6
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +71,7 @@ import torch
 
 from smoothrank.data.batching import length_buckets
 from smoothrank.errors import SmoothrankError
+from smoothrank.losses import BoundLoss
 
 __all__ = ["HESSIANS", "boosting_gradients", "check_objective", "lgbm_ranker_objective", "lightgbm_objective",
            "xgboost_objective"]
@@ -81,11 +85,12 @@ _CHUNK_ITEMS = 1 << 10  # padded (query, position) slots per batch of queries (f
 # of the size a boosting round takes. Smaller steps drown in the losses' own error: Sinkhorn stops at
 # a tolerance (1e-6), so NeuralNDCG's gradient is piecewise smooth at that level.
 _CURVATURE_STEP = 1e-2
-# The diagonal Hessian takes one backward pass per list position; a block of positions shares one
-# vectorised pass. Blocks are sized as if the loss were pairwise (block * rows * width^2 slots), which
-# bounds the memory of the quadratic losses; 2^18 is the largest budget that slowed none of the
-# twice-differentiable losses on MQ2008 (0.97-1.7x the speed of one position a pass; bigger blocks
-# help the listwise losses and hurt the pairwise ones; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes it.
+# The diagonal Hessian by autograd (every loss without a closed form) takes one backward pass per
+# list position; a block of positions shares one vectorised pass. Blocks are sized as if the loss
+# were pairwise (block * rows * width^2 slots), which bounds the memory of the quadratic losses; 2^18
+# is the largest budget that slowed none of the twice-differentiable losses on MQ2008 when RankNet
+# and LambdaRank still used it (0.97-1.7x the speed of one position a pass; bigger blocks help the
+# listwise losses and hurt the quadratic ones; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes it.
 _DIAG_PAIR_BUDGET = 1 << 18
 _DIAG_BLOCK = 0
 
@@ -180,7 +185,8 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     weights : optional per-document weights multiplying the gradient and the Hessian (taken as
         given, as LightGBM takes them: a negative weight gives a negative Hessian)
     hessian : ``"constant"`` (1 for every document of a query the loss depends on),
-        ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; needs a twice-differentiable loss)
+        ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; in closed form for ``rank_net`` and
+        ``lambda_rank``, else by autograd, which needs a twice-differentiable loss)
         or ``"curvature"`` (the query's curvature along its gradient, floored at ``min_hessian``,
         for each of its documents; any loss, two more gradient passes)
     min_hessian : the floor of the diagonal and curvature Hessians (> 0). At its default, a
@@ -260,6 +266,14 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
     if hessian == "curvature":
         return _batch_grad_curvature(fn, scores, labels, mask)
     second = hessian == "diagonal"
+    closed_form = _closed_form_diagonal(fn) if second else None
+    if closed_form is not None:  # the pairwise losses: O(n^2) a query instead of n backward passes
+        value = fn(scores, labels, mask=mask, reduction="sum")
+        if not value.requires_grad:
+            zeros = torch.zeros_like(scores)
+            return zeros, zeros
+        (grad,) = torch.autograd.grad(value, scores)
+        return grad, closed_form(scores.detach(), labels, mask=mask, reduction="sum")
     value = fn(scores, labels, mask=mask, reduction="sum")
     if not value.requires_grad:  # no query of the batch depends on its scores
         zeros = torch.zeros_like(scores)
@@ -273,6 +287,20 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
     n_rows, width = scores.shape
     block = _DIAG_BLOCK or max(1, min(width, _DIAG_PAIR_BUDGET // (n_rows * width * width)))
     return grad.detach(), _hessian_diagonal(grad, scores, block)
+
+
+def _closed_form_diagonal(fn: Callable[..., Any]) -> Callable[..., torch.Tensor] | None:
+    """The loss's Hessian diagonal in closed form, its options bound, where smoothrank has one."""
+    from smoothrank.losses import pairwise
+
+    forms = {pairwise.rank_net: pairwise.rank_net_hessian_diagonal,
+             pairwise.lambda_rank: pairwise.lambda_rank_hessian_diagonal}
+    if fn in forms:  # the registered function itself, at its defaults
+        return forms[fn]
+    base = getattr(fn, "__wrapped__", None)
+    if isinstance(fn, BoundLoss) and base in forms:
+        return functools.partial(forms[base], **fn.options)
+    return None
 
 
 def _hessian_diagonal(grad: torch.Tensor, scores: torch.Tensor, block: int) -> torch.Tensor:
