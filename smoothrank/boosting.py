@@ -89,7 +89,7 @@ _CURVATURE_STEP = 1e-2
 # list position; a block of positions shares one vectorised pass. Blocks are sized as if the loss
 # were pairwise (block * rows * width^2 slots), which bounds the memory of the quadratic losses; 2^18
 # is the largest budget that slowed none of the twice-differentiable losses on MQ2008 when RankNet
-# and LambdaRank still used it (0.97-1.7x the speed of one position a pass; bigger blocks help the
+# and LambdaRank still used it (0.9-1.7x the speed of one position a pass; bigger blocks help the
 # listwise losses and hurt the quadratic ones; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes it.
 _DIAG_PAIR_BUDGET = 1 << 18
 _DIAG_BLOCK = 0
@@ -293,13 +293,14 @@ def _closed_form_diagonal(fn: Callable[..., Any]) -> Callable[..., torch.Tensor]
     """The loss's Hessian diagonal in closed form, its options bound, where smoothrank has one."""
     from smoothrank.losses import pairwise
 
-    forms = {pairwise.rank_net: pairwise.rank_net_hessian_diagonal,
-             pairwise.lambda_rank: pairwise.lambda_rank_hessian_diagonal}
-    if fn in forms:  # the registered function itself, at its defaults
-        return forms[fn]
-    base = getattr(fn, "__wrapped__", None)
-    if isinstance(fn, BoundLoss) and base in forms:
-        return functools.partial(forms[base], **fn.options)
+    # By identity: a loss of one's own need not be hashable (a dataclass with eq=True is not).
+    forms = ((pairwise.rank_net, pairwise.rank_net_hessian_diagonal),
+             (pairwise.lambda_rank, pairwise.lambda_rank_hessian_diagonal))
+    for loss, diagonal in forms:
+        if fn is loss:  # the registered function itself, at its defaults
+            return diagonal
+        if isinstance(fn, BoundLoss) and fn.__wrapped__ is loss:
+            return functools.partial(diagonal, **fn.options)
     return None
 
 

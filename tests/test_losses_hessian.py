@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -18,11 +20,14 @@ LAMBDA_ONLY = [{"gain": "linear", "discount": "log2"},
                {"gain": "exp2", "discount": lambda r: 1.0 / r, "k": 4}]
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch(negative: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Six queries; the last has negative labels (pairs, no relevant document) where ``negative``,
+    else none relevant (LambdaRank refuses the negative gains of 2^y - 1)."""
     g = torch.Generator().manual_seed(0)
-    scores = torch.randn(5, 8, generator=g, dtype=torch.float64)
-    labels = torch.randint(0, 4, (5, 8), generator=g).double()
-    mask = torch.ones(5, 8, dtype=torch.bool)
+    scores = torch.randn(6, 8, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 4, (6, 8), generator=g).double()
+    mask = torch.ones(6, 8, dtype=torch.bool)
+    labels[5] = torch.tensor([-1.0, 0.0, -1.0, -2.0, 0.0, -1.0, -2.0, 0.0]) if negative else 0.0
     mask[1, 2] = mask[1, 6:] = False  # padding in the middle and at the end
     labels[2] = 0.0  # no relevant document
     labels[3] = 2.0  # all labels equal
@@ -45,18 +50,19 @@ def _autograd_diagonal(loss, scores, labels, mask, reduction, options) -> torch.
 @pytest.mark.parametrize("options", OPTIONS, ids=str)
 @pytest.mark.parametrize(("loss", "diagonal"), PAIRS, ids=["rank_net", "lambda_rank"])
 def test_the_closed_form_is_the_diagonal_of_autograds_hessian(loss, diagonal, options, reduction):
-    scores, labels, mask = _batch()
+    scores, labels, mask = _batch(negative=loss is losses.rank_net)
     expected = _autograd_diagonal(loss, scores, labels, mask, reduction, options)
     got = diagonal(scores, labels, mask=mask, reduction=reduction, **options)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-15)
     # padded items, the one-item list and the queries the loss ignores: exactly 0
     assert not got[~mask].any() and not got[0].any() and not got[2].any() and not got[3].any()
+    assert not got[5].any()
     assert (got[4] > 0).any()
 
 
 @pytest.mark.parametrize("options", LAMBDA_ONLY, ids=["linear-gain", "custom-discount"])
 def test_lambda_ranks_closed_form_follows_its_gain_and_discount(options):
-    scores, labels, mask = _batch()
+    scores, labels, mask = _batch(negative=False)
     expected = _autograd_diagonal(losses.lambda_rank, scores, labels, mask, "sum", options)
     got = lambda_rank_hessian_diagonal(scores, labels, mask=mask, reduction="sum", **options)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-15)
@@ -136,3 +142,56 @@ def test_the_registered_function_itself_uses_the_closed_form(monkeypatch):
     with pytest.raises(pytest.fail.Exception, match="generic diagonal"):
         boosting.boosting_gradients(lambda s, y, **kw: losses.rank_net(s, y, **kw), scores, labels, sizes,
                                     hessian="diagonal")
+
+
+def _dense_reference(scores: np.ndarray, labels: np.ndarray, sigma: float, lambda_rank: bool) -> np.ndarray:
+    """Independent O(n^2) NumPy formula for one query, reduction "sum": sigma^2 sum_j w_ij rho (1 - rho)
+    over the pairs of different labels (RankNet: w = 1 / #pairs; LambdaRank: |Delta NDCG|, exp2
+    gains, log2 discounts at the current ranks, ties in input order)."""
+    rho = 1.0 / (1.0 + np.exp(sigma * (scores[:, None] - scores[None, :])))
+    differ = labels[:, None] != labels[None, :]
+    if lambda_rank:
+        gains = 2.0 ** labels - 1.0
+        ranks = np.empty(len(scores))
+        ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
+        disc = 1.0 / np.log2(1.0 + ranks)
+        ideal = (np.sort(gains)[::-1] / np.log2(2.0 + np.arange(len(scores)))).sum()
+        w = np.abs(gains[:, None] - gains[None, :]) * np.abs(disc[:, None] - disc[None, :]) / ideal
+    else:
+        w = np.full(rho.shape, 1.0 / (differ.sum() / 2))
+    return sigma**2 * np.where(differ, w * rho * (1 - rho), 0.0).sum(-1)
+
+
+@pytest.mark.parametrize(("name", "diagonal"), [("rank_net", rank_net_hessian_diagonal),
+                                                ("lambda_rank", lambda_rank_hessian_diagonal)])
+def test_a_list_longer_than_one_block_matches_a_dense_formula(name, diagonal):
+    # 1100^2 pairs exceed smoothrank._blocks.CHUNK_ELEMENTS: the pair matrices go a block of rows at a time
+    rng = np.random.default_rng(2)
+    scores, labels = rng.normal(size=1100), rng.integers(0, 3, size=1100).astype(float)
+    got = diagonal(torch.tensor(scores)[None], torch.tensor(labels)[None], reduction="sum", sigma=1.5)
+    np.testing.assert_allclose(got[0].numpy(), _dense_reference(scores, labels, 1.5, name == "lambda_rank"),
+                               rtol=1e-10, atol=1e-16)
+
+
+@pytest.mark.parametrize("name", ["rank_net", "lambda_rank"])
+def test_a_huge_sigma_is_as_finite_as_autograds_diagonal(name, monkeypatch):
+    # sigma^2 / #pairs is representable where sigma^2 is not: divided before, as the gradient is
+    scores, labels, sizes = np.zeros(300), (np.arange(300) % 2).astype(float), [300]
+    _, hess = boosting.boosting_gradients(name, scores, labels, sizes, hessian="diagonal", sigma=1e154)
+    monkeypatch.setattr(boosting, "_closed_form_diagonal", lambda fn: None)
+    _, expected = boosting.boosting_gradients(name, scores, labels, sizes, hessian="diagonal", sigma=1e154)
+    assert np.isfinite(hess).all()
+    np.testing.assert_allclose(hess, expected, rtol=1e-10)
+
+
+def test_a_loss_of_ones_own_need_not_be_hashable():
+    @dataclasses.dataclass  # eq=True: instances are unhashable
+    class MyLoss:
+        def __call__(self, s, y, *, mask=None, reduction="mean"):
+            return losses.rank_net(s, y, mask=mask, reduction=reduction)
+
+    scores, labels = np.array([0.3, -0.2, 1.0, 0.1]), np.array([1.0, 0.0, 2.0, 0.0])
+    _, hess = boosting.boosting_gradients(MyLoss(), scores, labels, [4], hessian="diagonal")
+    _, expected = boosting.boosting_gradients("rank_net", scores, labels, [4], hessian="diagonal")
+    np.testing.assert_allclose(hess, expected, rtol=1e-12)
+    boosting.lightgbm_objective(MyLoss(), hessian="diagonal")  # built, checked: no TypeError

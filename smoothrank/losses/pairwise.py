@@ -146,23 +146,25 @@ def _weighted_pair_cost(scores: Tensor, sigma: float, f: _PairFactors) -> Tensor
 
 
 def _pair_curvature_sums(scores: Tensor, sigma: float, f: _PairFactors) -> Tensor:
-    """(batch, n) ``sigma^2 sum_j (w_ij + w_ji) rho_ij (1 - rho_ij)``, rho_ij = sigmoid(-sigma (s_i -
-    s_j)): the diagonal of the Hessian of ``sum_ij w_ij softplus(-sigma (s_i - s_j))`` per query (the
-    weights held constant), its pair matrices formed a block at a time."""
+    """(batch, n) ``sigma^2 sum_j (w_ij + w_ji) rho_ij (1 - rho_ij) / den``, rho_ij = sigmoid(-sigma
+    (s_i - s_j)): the diagonal of the Hessian of ``sum_ij w_ij softplus(-sigma (s_i - s_j)) / den`` per
+    query (the weights held constant), its pair matrices formed a block at a time."""
     out = torch.zeros_like(scores)
     for q, r in _blocks.blocks(*scores.shape):
         x = _pair_differences(scores, q, r).mul_(-sigma)
         c = _weigh(_block_weights(f, q, r), torch.sigmoid(x).mul_(torch.sigmoid(x.neg_())))
         out[q, r] += c.sum(-1)  # i the higher-labelled item of the pair
         out[q] += c.sum(-2)  # i the lower one: rho (1 - rho) is symmetric in the pair
-    # sigma^2 last, where a sum is positive: at a huge sigma, inf rather than 0 * inf = NaN.
+    # 1/den before sigma, and sigma twice rather than sigma^2, as the gradient scales its sums: no
+    # overflow where the result is representable; only where a sum is positive: 0 * inf is NaN.
+    out = out / f.den.unsqueeze(-1)
     return torch.where(out > 0, out * sigma * sigma, 0.0)
 
 
 def _diagonal(scores: Tensor, sigma: float, f: _PairFactors, valid: Tensor, reduction: str) -> Tensor:
     """The Hessian diagonal of ``C.reduce(_weighted_pair_cost(scores, sigma, f), valid, reduction)``."""
     with torch.no_grad():
-        per_item = _pair_curvature_sums(scores.detach(), sigma, f) / f.den.unsqueeze(-1)
+        per_item = _pair_curvature_sums(scores.detach(), sigma, f)
         weight = valid.to(scores.dtype)
         if reduction == "mean":
             weight = weight / valid.sum().clamp_min(1).to(scores.dtype)
