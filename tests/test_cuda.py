@@ -1,4 +1,4 @@
-"""The same results on a CUDA device as on the CPU: every loss, the metrics, SoftRank, the models
+"""The same results on a CUDA device as on the CPU: every loss, the pairwise Hessian diagonals, the metrics,
 and the trainer. Skipped where no CUDA device exists (CI has none); run on a GPU machine with
 ``.venv/bin/python -m pytest tests/test_cuda.py`` (docs/BENCHMARKS.md records the last such run).
 """
@@ -65,6 +65,25 @@ def test_every_loss_is_finite_in_float32_on_cuda(name: str) -> None:
     value = losses.get(name)(on_gpu, labels.to(CUDA), mask=mask.to(CUDA), reduction="none")
     value.sum().backward()
     assert torch.isfinite(value).all() and torch.isfinite(on_gpu.grad).all()
+
+
+@pytest.mark.parametrize("name", ["rank_net", "lambda_rank"])
+def test_the_pairwise_hessian_diagonal_on_cuda_equals_the_cpu_value(name: str) -> None:
+    from smoothrank import boosting
+    from smoothrank.losses import pairwise
+
+    diagonal = getattr(pairwise, f"{name}_hessian_diagonal")
+    scores, labels, mask = _slates()
+    cpu = diagonal(scores, labels, mask=mask, reduction="sum", k=5)
+    gpu = diagonal(scores.to(CUDA), labels.to(CUDA), mask=mask.to(CUDA), reduction="sum", k=5)
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-7, atol=1e-12)
+    # the boosters' objective computed on the device
+    s, y = np.random.default_rng(0).normal(size=30), np.arange(30) % 3
+    on_cpu = boosting.boosting_gradients(name, s, y, [12, 18], hessian="diagonal")
+    on_gpu = boosting.boosting_gradients(name, s, y, [12, 18], hessian="diagonal", device=CUDA)
+    for a, b in zip(on_gpu, on_cpu, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-12)
 
 
 def test_metrics_on_cuda_equal_the_cpu_values() -> None:
