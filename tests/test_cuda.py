@@ -1,6 +1,7 @@
-"""The same results on a CUDA device as on the CPU: every loss, the pairwise Hessian diagonals, the metrics,
-and the trainer. Skipped where no CUDA device exists (CI has none); run on a GPU machine with
-``.venv/bin/python -m pytest tests/test_cuda.py`` (docs/BENCHMARKS.md records the last such run).
+"""The same results on a CUDA device as on the CPU: every loss, the pairwise Hessian diagonals, the
+metrics, SoftRank, the models and the trainer. Skipped where no CUDA device exists (CI has none); run
+on a GPU machine with ``.venv/bin/python -m pytest tests/test_cuda.py`` (docs/BENCHMARKS.md records
+the last such run).
 """
 
 from __future__ import annotations
