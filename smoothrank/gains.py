@@ -94,14 +94,24 @@ def gain(labels: Tensor, spec: GainLike = "exp2") -> Tensor:
         return labels
     if isinstance(spec, Mapping):
         out = torch.full_like(labels, float("nan"))
-        for key, value in spec.items():
-            value_t = torch.as_tensor(float(value), dtype=labels.dtype, device=labels.device)
-            out = torch.where(labels == float(key), value_t, out)
+        # Labels read in float32 (load_letor's dtype) and widened to float64 are the float32 roundings
+        # of their keys (0.1 is read as 0.10000000149...): such a label takes its key's gain, unless
+        # another key equals it exactly (the second pass, which wins).
+        for exact in (False, True):
+            for key, value in spec.items():
+                value_t = torch.as_tensor(float(value), dtype=labels.dtype, device=labels.device)
+                target = float(key) if exact else _float32_rounding(float(key))
+                out = torch.where(labels == target, value_t, out)
         if torch.isnan(out).any():
             missing = torch.unique(labels[torch.isnan(out)]).tolist()
             raise ValueError(f"gain: labels {missing} have no entry in the gain mapping")
         return out
     return spec(labels)  # type: ignore[operator]
+
+
+def _float32_rounding(x: float) -> float:
+    """``x`` rounded to the nearest float32 (inf beyond its range, which no finite label equals)."""
+    return float(torch.tensor(x, dtype=torch.float64).to(torch.float32))
 
 
 def first_infinite_gain(labels: Any, spec: GainLike = "exp2", *,

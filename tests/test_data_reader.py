@@ -105,6 +105,11 @@ def test_zero_based_auto_and_explicit():
     np.testing.assert_array_equal(ds.features, [[1, 0, 3], [0, 2, 0]])
     one = parse_letor(b"1 qid:1 1:1 2:3\n", zero_based=True)
     np.testing.assert_array_equal(one.features, [[0, 1, 3]])
+    # an index at n_features names why the file is zero-based (it said "index 0 occurs on line None")
+    with pytest.raises(DataFormatError, match=r"<bytes>:1: .* \(indices are zero-based: zero_based=True\)$"):
+        parse_letor(b"1 qid:1 1:1 2:3\n", zero_based=True, n_features=2)
+    with pytest.raises(DataFormatError, match=r"zero-based: index 0 occurs on line 1\)$"):
+        parse_letor(text, n_features=2)
 
 
 def test_null_values_fill_policy(tmp_path):

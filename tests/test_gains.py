@@ -34,6 +34,18 @@ def test_unmapped_label_is_an_error():
         gain(torch.tensor([0.0, 3.0]), {0: 0.0, 1: 1.0})
 
 
+def test_a_mapping_matches_float32_labels_widened_to_float64():
+    # load_letor stores real-valued labels in float32; the metrics widen them to float64, where 0.1f is
+    # 0.10000000149...: the mapping's key 0.1 used to miss it ("labels [...] have no entry")
+    widened = torch.tensor([0.1, 0.0, 0.3], dtype=torch.float32).double()
+    assert gain(widened, {0.0: 0, 0.1: 1, 0.3: 3}).tolist() == [1.0, 0.0, 3.0]
+    # a key equal to the label exactly wins over one that only rounds to it
+    assert gain(widened[:1], {0.1: 1, widened[0].item(): 5}).tolist() == [5.0]
+    assert gain(torch.tensor([0.1], dtype=torch.float64), {0.1: 1, widened[0].item(): 5}).tolist() == [1.0]
+    with pytest.raises(ValueError, match="no entry"):  # a float64 label that is neither
+        gain(torch.tensor([0.1000001], dtype=torch.float64), {0.1: 1})
+
+
 def test_linear_discount_needs_list_size():
     with pytest.raises(ValueError, match="list_size"):
         discount(torch.ones(2), "linear")

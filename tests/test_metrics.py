@@ -326,6 +326,20 @@ def test_integer_scores_past_float32_stay_distinct():
     assert ndcg(torch.rand(2, 3), torch.tensor([[0, 1, 2], [2, 1, 0]])).dtype == torch.float32
 
 
+def test_flat_evaluation_keeps_integer_scores_past_2_to_the_53_distinct():
+    # evaluate_flat cast scores to float64 first, merging nanosecond timestamps into ties (ndcg@1 0,
+    # MRR 1/2) where evaluate reads them by their order: both now take dense ranks
+    t0 = 1_732_000_000_000_000_000
+    s, y = np.array([t0, t0 + 1, 7, 5, 5], np.int64), np.array([0, 1, 2, 1, 0])
+    flat = evaluate_flat(s, y, offsets=[0, 2, 5], metrics=["ndcg@1", "mrr"], convention="lightgbm")
+    assert flat["ndcg@1"].tolist() == [1.0, 1.0] and flat["mrr"].tolist() == [1.0, 1.0]
+    padded = evaluate(torch.tensor([[t0, t0 + 1, 0], [7, 5, 5]]), torch.tensor([[0, 1, 0], [2, 1, 0]]),
+                      mask=torch.tensor([[True, True, False], [True, True, True]]),
+                      metrics=["ndcg@3", "map"], convention="lightgbm")
+    again = evaluate_flat(s, y, offsets=[0, 2, 5], metrics=["ndcg@3", "map"], convention="lightgbm")
+    assert {m: v.tolist() for m, v in again.items()} == {m: v.tolist() for m, v in padded.items()}
+
+
 def test_flat_evaluation_takes_model_outputs_as_they_come():
     # A model's output (requires grad, bfloat16) passed straight to evaluate_flat / pad_groups.
     s, y, offsets = torch.tensor([0.5, 0.25, 0.125, 0.75, 0.375]), torch.tensor([0.0, 1, 2, 1, 0]), [0, 3, 5]

@@ -101,6 +101,19 @@ class ReaderOptions:
 
 
 # --------------------------------------------------------------------------------- public API
+def cached_dataset(key: str, source: str) -> Dataset | None:
+    """The cache's entry ``key`` as a :class:`Dataset`, or None where there is none or it is damaged:
+    unreadable, or readable but inconsistent (offsets that do not cover the documents, ...), which
+    the caller parses again and overwrites."""
+    entry = _cache.load_entry(key)
+    if entry is None:
+        return None
+    try:
+        return Dataset(source=source, **entry)
+    except SmoothrankError:
+        return None
+
+
 def load_letor(
     path: str | os.PathLike[str],
     *,
@@ -163,12 +176,8 @@ def load_letor(
     if use_cache:
         digests = [_cache.file_digest(path)] + ([_cache.file_digest(side)] if side else [])
         key = _cache.cache_key(digests, options.as_dict())
-        entry = _cache.load_entry(key)
-        if entry is not None:
-            try:
-                return Dataset(source=str(path), **entry)
-            except SmoothrankError:
-                pass  # a readable but inconsistent entry is damaged too: parse again, overwrite it
+        if (cached := cached_dataset(key, str(path))) is not None:
+            return cached
     sizes = _read_query_file(side) if side is not None else None
     context = {"source": str(path), "options": options, "query_sizes": sizes,
                "query_source": str(side) if side else None}
@@ -705,9 +714,10 @@ def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: n
     inferred = acc.max_index + 1 - first_col if acc.max_index >= 0 else 0
     if options.n_features is not None:
         if zero_based and acc.first_limit_line is not None:
+            why = ("zero_based=True" if options.zero_based is True
+                   else f"index 0 occurs on line {acc.first_zero_line}")
             raise DataFormatError(f"{source}:{acc.first_limit_line}: feature index {options.n_features} is "
-                                  f"beyond n_features={options.n_features} (indices are zero-based: index 0 "
-                                  f"occurs on line {acc.first_zero_line})")
+                                  f"beyond n_features={options.n_features} (indices are zero-based: {why})")
         width = options.n_features
     else:
         width = inferred

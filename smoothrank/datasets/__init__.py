@@ -19,7 +19,7 @@ from typing import Any
 from smoothrank._checks import check_bool
 from smoothrank.data import cache as _cache
 from smoothrank.data.dataset import Dataset
-from smoothrank.data.letor import ReaderOptions, load_letor, parse_letor
+from smoothrank.data.letor import ReaderOptions, cached_dataset, load_letor, parse_letor
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 __all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
@@ -87,8 +87,8 @@ def load_mq2008(fold: int = 1, split: str = "train", *, path: str | os.PathLike[
     key = _cache.cache_key([MQ2008_SHA256[n] for n in names], ReaderOptions().as_dict())
     use_cache = cache is not False
     text = mq2008_text(fold, split)  # verifies the checksums even when the cache answers
-    if use_cache and (entry := _cache.load_entry(key)) is not None:
-        return Dataset(source=source, **entry)
+    if use_cache and (cached := cached_dataset(key, source)) is not None:
+        return cached  # a damaged entry (None) is parsed again and overwritten, as by load_letor
     dataset = parse_letor(text, source=source)
     if use_cache:
         _cache.store_entry(key, {name: getattr(dataset, name) for name in

@@ -238,6 +238,16 @@ def _flat_float64(values: Any, name: str) -> np.ndarray:
     return _to_tensor(values, name).to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
 
 
+def _flat_scores(values: Any) -> np.ndarray:
+    """:func:`_flat_float64` for scores: integer scores by their dense ranks over the whole array, as
+    :func:`evaluate` reads them (their order and ties within each query kept exactly; nanosecond
+    timestamps pass 2^53, where float64 merges neighbours)."""
+    t = _to_tensor(values, "scores")
+    if not t.is_floating_point() and not t.is_complex():
+        t = torch.unique(t.reshape(-1), return_inverse=True)[1]
+    return t.to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
+
+
 def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iterable[str] = LETOR4_METRICS,
                   convention: str | Convention = "letor4", doc_ids: Sequence[str] | None = None,
                   dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
@@ -248,7 +258,7 @@ def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iter
     orders them.
     """
     conv = get_convention(convention)
-    s, y = _flat_float64(scores, "scores"), _flat_float64(labels, "labels")
+    s, y = _flat_scores(scores), _flat_float64(labels, "labels")
     if s.shape != y.shape:
         raise SmoothrankError(f"scores: {s.shape[0]} scores for {y.shape[0]} labels")
     if doc_ids is not None and len(doc_ids) != s.shape[0]:
