@@ -15,11 +15,12 @@ and the booster's Newton step gives a leaf the value ``-sum(g) / (sum(h) + lambd
 constant Hessian the trees follow the plain gradient (first-order boosting, which works for
 every loss); ``"diagonal"`` is the exact diagonal of the Hessian, taken in absolute value as in
 saddle-free Newton (Dauphin et al. 2014) since the NDCG surrogates are not convex. For
-``rank_net`` and ``lambda_rank`` (by name, bound by ``losses.get``, or the registered functions) it
-is computed in closed form, O(n^2) a query (``smoothrank.losses.pairwise.rank_net_hessian_diagonal``,
-``lambda_rank_hessian_diagonal``). Otherwise it needs a loss that autograd can differentiate twice
-(``list_net``, ``list_mle``, ``approx_ndcg``, ``rmse``, or a loss of one's own) and costs one extra
-backward pass per list position (blocks of positions share one vectorised pass).
+``rank_net``, ``lambda_rank`` and ``list_net`` (by name, bound by ``losses.get``, or the registered
+functions) it is computed in closed form, O(n^2) a query for the pairwise losses, O(n) for ListNet
+(``smoothrank.losses.pairwise.rank_net_hessian_diagonal``, ``lambda_rank_hessian_diagonal``,
+``smoothrank.losses.listwise.list_net_hessian_diagonal``). Otherwise it needs a loss that autograd
+can differentiate twice (``list_mle``, ``approx_ndcg``, ``rmse``, or a loss of one's own) and costs
+one extra backward pass per list position (blocks of positions share one vectorised pass).
 For ``lambda_rank`` it is LambdaMART's own Hessian, ``sigma^2 sum_j |Delta NDCG_ij| rho_ij
 (1 - rho_ij)``, so ``lambda_rank`` with ``hessian="diagonal"`` reproduces LightGBM's
 ``lambdarank`` objective (with ``lambdarank_norm=false`` and no truncation), as the tests check.
@@ -185,8 +186,8 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     weights : optional per-document weights multiplying the gradient and the Hessian (taken as
         given, as LightGBM takes them: a negative weight gives a negative Hessian)
     hessian : ``"constant"`` (1 for every document of a query the loss depends on),
-        ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; in closed form for ``rank_net`` and
-        ``lambda_rank``, else by autograd, which needs a twice-differentiable loss)
+        ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; in closed form for ``rank_net``,
+        ``lambda_rank`` and ``list_net``, else by autograd, which needs a twice-differentiable loss)
         or ``"curvature"`` (the query's curvature along its gradient, floored at ``min_hessian``,
         for each of its documents; any loss, two more gradient passes)
     min_hessian : the floor of the diagonal and curvature Hessians (> 0). At its default, a
@@ -267,7 +268,7 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
         return _batch_grad_curvature(fn, scores, labels, mask)
     second = hessian == "diagonal"
     closed_form = _closed_form_diagonal(fn) if second else None
-    if closed_form is not None:  # the pairwise losses: O(n^2) a query instead of n backward passes
+    if closed_form is not None:  # O(n^2) a query (pairwise), O(n) (ListNet), not n backward passes
         value = fn(scores, labels, mask=mask, reduction="sum")
         if not value.requires_grad:
             zeros = torch.zeros_like(scores)
@@ -291,11 +292,12 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
 
 def _closed_form_diagonal(fn: Callable[..., Any]) -> Callable[..., torch.Tensor] | None:
     """The loss's Hessian diagonal in closed form, its options bound, where smoothrank has one."""
-    from smoothrank.losses import pairwise
+    from smoothrank.losses import listwise, pairwise
 
     # By identity: a loss of one's own need not be hashable (a dataclass with eq=True is not).
     forms = ((pairwise.rank_net, pairwise.rank_net_hessian_diagonal),
-             (pairwise.lambda_rank, pairwise.lambda_rank_hessian_diagonal))
+             (pairwise.lambda_rank, pairwise.lambda_rank_hessian_diagonal),
+             (listwise.list_net, listwise.list_net_hessian_diagonal))
     for loss, diagonal in forms:
         if fn is loss:  # the registered function itself, at its defaults
             return diagonal

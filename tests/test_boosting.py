@@ -97,7 +97,7 @@ def test_the_diagonal_hessian_is_the_absolute_diagonal_of_autograds_hessian(prob
 
 def test_the_diagonal_falls_back_to_one_position_a_pass_when_vmap_cannot_batch(problem, monkeypatch):
     scores, labels = problem
-    expected = boosting_gradients("list_net", scores, labels, SIZES, hessian="diagonal")[1]
+    expected = boosting_gradients("rmse", scores, labels, SIZES, hessian="diagonal")[1]
     real_grad = torch.autograd.grad
     batched_calls = []
 
@@ -108,7 +108,7 @@ def test_the_diagonal_falls_back_to_one_position_a_pass_when_vmap_cannot_batch(p
         return real_grad(*args, **kwargs)
 
     monkeypatch.setattr(boosting.torch.autograd, "grad", grad_without_vmap)
-    got = boosting_gradients("list_net", scores, labels, SIZES, hessian="diagonal")[1]
+    got = boosting_gradients("rmse", scores, labels, SIZES, hessian="diagonal")[1]
     assert batched_calls  # the vectorised pass was tried first
     np.testing.assert_array_equal(got, expected)
 

@@ -1,5 +1,5 @@
-"""The pairwise losses' Hessian diagonals in closed form (``rank_net_hessian_diagonal``,
-``lambda_rank_hessian_diagonal``) against autograd's full Hessian in float64, and the boosters'
+"""The Hessian diagonals in closed form (``rank_net_hessian_diagonal``, ``lambda_rank_hessian_diagonal``,
+``list_net_hessian_diagonal``) against autograd's full Hessian in float64, and the boosters'
 ``hessian="diagonal"`` that uses them against the generic diagonal (one backward pass per position)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 
 from smoothrank import boosting, losses
 from smoothrank.errors import SmoothrankError
+from smoothrank.losses.listwise import list_net_hessian_diagonal
 from smoothrank.losses.pairwise import lambda_rank_hessian_diagonal, rank_net_hessian_diagonal
 
 PAIRS = [(losses.rank_net, rank_net_hessian_diagonal), (losses.lambda_rank, lambda_rank_hessian_diagonal)]
@@ -60,6 +61,18 @@ def test_the_closed_form_is_the_diagonal_of_autograds_hessian(loss, diagonal, op
     assert (got[4] > 0).any()
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_list_nets_closed_form_is_the_diagonal_of_autograds_hessian(reduction):
+    scores, labels, mask = _batch()
+    scores[4, 5] = 40.0  # one item far above the rest: q close to 1, 1 - q kept exact
+    expected = _autograd_diagonal(losses.list_net, scores, labels, mask, reduction, {})
+    got = list_net_hessian_diagonal(scores, labels, mask=mask, reduction=reduction)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-15)
+    # padded items, the one-item list (q = 1) and the queries without a relevant document: 0
+    assert not got[~mask].any() and not got[0].any() and not got[2].any() and not got[5].any()
+    assert (got[3] > 0).all()  # equal labels: ListNet still learns from them
+
+
 @pytest.mark.parametrize("options", LAMBDA_ONLY, ids=["linear-gain", "custom-discount"])
 def test_lambda_ranks_closed_form_follows_its_gain_and_discount(options):
     scores, labels, mask = _batch(negative=False)
@@ -68,7 +81,10 @@ def test_lambda_ranks_closed_form_follows_its_gain_and_discount(options):
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize(("loss", "diagonal"), PAIRS, ids=["rank_net", "lambda_rank"])
+ALL = [*PAIRS, (losses.list_net, list_net_hessian_diagonal)]
+
+
+@pytest.mark.parametrize(("loss", "diagonal"), ALL, ids=["rank_net", "lambda_rank", "list_net"])
 def test_the_closed_form_keeps_shape_and_dtype_and_builds_no_graph(loss, diagonal):
     scores = torch.tensor([0.3, -1.0, 2.0, 0.5], requires_grad=True)
     labels = torch.tensor([1.0, 0.0, 2.0, 0.0])
@@ -81,7 +97,7 @@ def test_the_closed_form_keeps_shape_and_dtype_and_builds_no_graph(loss, diagona
     assert half.dtype == torch.float16 and torch.isfinite(half).all()
 
 
-@pytest.mark.parametrize(("loss", "diagonal"), PAIRS, ids=["rank_net", "lambda_rank"])
+@pytest.mark.parametrize(("loss", "diagonal"), ALL, ids=["rank_net", "lambda_rank", "list_net"])
 def test_the_closed_form_is_finite_at_extreme_scores(loss, diagonal):
     labels = torch.tensor([[2.0, 0.0, 1.0, 0.0]])
     for scale in (1e-30, 1e30, 3e38):
@@ -92,10 +108,12 @@ def test_the_closed_form_is_finite_at_extreme_scores(loss, diagonal):
     assert not diagonal(torch.tensor([[3e30, -1e30, 1e30, -3e30]]), labels).any()
 
 
-@pytest.mark.parametrize("diagonal", [rank_net_hessian_diagonal, lambda_rank_hessian_diagonal])
+@pytest.mark.parametrize("diagonal", [rank_net_hessian_diagonal, lambda_rank_hessian_diagonal,
+                                      list_net_hessian_diagonal])
 def test_the_closed_form_checks_its_arguments_as_the_loss_does(diagonal):
-    with pytest.raises(SmoothrankError, match="sigma"):
-        diagonal(torch.zeros(1, 3), torch.zeros(1, 3), sigma=-1.0)
+    if diagonal is not list_net_hessian_diagonal:
+        with pytest.raises(SmoothrankError, match="sigma"):
+            diagonal(torch.zeros(1, 3), torch.zeros(1, 3), sigma=-1.0)
     with pytest.raises(SmoothrankError, match="reduction"):
         diagonal(torch.zeros(1, 3), torch.zeros(1, 3), reduction="max")
     with pytest.raises(SmoothrankError, match="NaN"):
@@ -109,8 +127,9 @@ def _long_lists() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rng.normal(size=n), rng.integers(0, 5, size=n).astype(float), sizes
 
 
-@pytest.mark.parametrize("options", [{}, {"sigma": 2.0, "k": 10}], ids=str)
-@pytest.mark.parametrize("name", ["rank_net", "lambda_rank"])
+@pytest.mark.parametrize(("name", "options"), [("rank_net", {}), ("rank_net", {"sigma": 2.0, "k": 10}),
+                                               ("lambda_rank", {}), ("lambda_rank", {"sigma": 2.0, "k": 10}),
+                                               ("list_net", {})], ids=str)
 @pytest.mark.parametrize("bound", [False, True], ids=["by-name", "bound"])
 def test_boosting_uses_the_closed_form_and_gets_the_generic_diagonal(name, options, bound, monkeypatch):
     scores, labels, sizes = _long_lists()
