@@ -470,3 +470,28 @@ def test_metrics_log_not_utf8_names_file_and_line(tmp_path, capsys):
     (run / "metrics.jsonl").write_bytes(b'{"epoch": 1, "loss": 0.1}\n{"epoch": 2, "note": "\xe9"}\n')
     assert main(["plot", "curves", str(run), "--out", str(tmp_path / "c.png")]) == 2
     assert f"{run / 'metrics.jsonl'}:2: not UTF-8 text" in _error(capsys)
+
+
+def test_predict_reads_no_label_so_takes_any(folds, model, tmp_path):
+    # Scoring reads no label: a real-valued or negative one was refused ("not an integer ...
+    # allow_real_labels=True", an option predict has not), with a misleading feature-index suffix.
+    lines = (folds / "test.txt").read_text().splitlines()
+    odd = tmp_path / "odd.txt"
+    odd.write_text("\n".join(["0.5" + lines[0][1:], "-1" + lines[1][1:], *lines[2:]]) + "\n")
+    plain = tmp_path / "plain.pred"
+    assert main(["predict", str(model), str(folds / "test.txt"), "--out", str(plain)]) == 0
+    got = tmp_path / "odd.pred"
+    assert main(["predict", str(model), str(odd), "--out", str(got)]) == 0
+    assert got.read_text() == plain.read_text()  # the same features, the same scores
+
+
+def test_predict_names_the_models_index_base_only_for_index_errors(folds, model, tmp_path, capsys):
+    lines = (folds / "test.txt").read_text().splitlines()
+    repeated = tmp_path / "repeated.txt"  # qid of line 1 again at the end: not an index error
+    repeated.write_text("\n".join([*lines, lines[0]]) + "\n")
+    assert main(["predict", str(model), str(repeated), "--out", str(tmp_path / "r.pred")]) == 2
+    assert "feature indices of the model's training file" not in _error(capsys)
+    zero = tmp_path / "zero.txt"  # index 0 in a file read with the model's one-based indices
+    zero.write_text(lines[0].replace(" 1:", " 0:", 1) + "\n")
+    assert main(["predict", str(model), str(zero), "--out", str(tmp_path / "z.pred")]) == 2
+    assert "feature indices of the model's training file, which start at 1" in _error(capsys)

@@ -276,3 +276,17 @@ def test_a_run_folder_in_use_by_another_process_is_refused(letor, tmp_path, caps
     assert main(["train", str(config), "--quiet", "--resume"]) == 0
     assert not in_flight.exists()  # a stale temporary file once nobody holds the folder
 
+
+
+def test_without_a_validation_split_the_cli_does_not_claim_validation_selection(letor, tmp_path, capsys):
+    # It printed "(selected by validation ndcg@10)" where summary.json said "last epoch (no validation
+    # split)".
+    data = {k: v for k, v in letor.items() if k != "valid"}
+    config = write_config(tmp_path / "c.yaml", data, tmp_path / "run", training={
+        "epochs": 2, "batch_size": 8, "list_size": 16, "num_threads": 1})
+    assert main(["train", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "best epoch 2 of 2 (the last epoch: no validation split to select by)" in out, out
+    assert "selected by validation" not in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["selected_by"] == "last epoch (no validation split)"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from conftest import write_synthetic_folds
 
@@ -67,6 +68,24 @@ def _spec_dict(root: Path, **extra) -> dict:
 
 
 # ------------------------------------------------------------------------------ spec
+@pytest.mark.parametrize("device", ["cuda", "meta", "nodevice"])
+def test_a_device_this_machine_cannot_use_is_refused_before_anything_is_written(letor_files, tmp_path,
+                                                                                 device, capsys):
+    # Accepted, then every run failed in turn ("training.device: 'cuda' requested but CUDA is not
+    # available") after spec.yaml, plan.json and empty summaries were written.
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine can use cuda")
+    spec = _spec_dict(letor_files, neural={"training": {"epochs": 1, "device": device}}, gbdt=[],
+                      baseline=None)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    for dry in ([], ["--dry-run"]):
+        assert cli_main(["experiment", str(path), "--out", str(tmp_path / "out"), *dry]) == 2
+        err = capsys.readouterr().err
+        assert "neural.training.device" in err and "a run still to do would fail" in err, err
+        assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
 def test_spec_expands_grid(letor_files):
     spec = spec_from_dict(_spec_dict(letor_files, seeds=[0, 1]))
     cells = expand(spec)

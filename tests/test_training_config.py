@@ -105,6 +105,26 @@ def test_options_that_would_be_ignored_are_refused():
         config_from_dict({**MINIMAL, "transforms": [{"name": "signed_log1p", "features": [-1]}]})
 
 
+@pytest.mark.parametrize(("schedule", "message"), [
+    ({"step_size": 1, "gamma": 0.5}, r"schedule: step_size: only the step schedule takes it, not 'none'"),
+    ({"name": "step", "factor": 0.5}, r"schedule: factor: only the softrank schedule takes it, not 'step'"),
+    ({"name": "softrank", "gamma": 0.5}, r"schedule: gamma: only the step schedule takes it"),
+    ({"name": "none", "reinit_patience": None}, r"reinit_patience: only the softrank schedule"),
+])
+def test_schedule_options_of_another_schedule_are_refused(schedule, message):
+    # {step_size: 1, gamma: 0.5} alone kept name "none": a constant learning rate, exit 0
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict({**MINIMAL, "schedule": schedule})
+    named = {"step_size": "step", "gamma": "step"}.get(next(iter(schedule)), "softrank")
+    fixed = {**schedule, "name": named} if "name" not in schedule else None
+    if fixed is not None:  # the same options under their own schedule's name are fine
+        assert config_from_dict({**MINIMAL, "schedule": fixed}).schedule.name == named
+    # every schedule's saved config (each field written out) loads again
+    for name in ("none", "step", "softrank"):
+        config = config_from_dict({**MINIMAL, "schedule": {"name": name}})
+        assert config_from_dict(yaml.safe_load(dump_config(config))) == config
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_config(tmp_path / "missing.yaml")

@@ -40,10 +40,12 @@ def run(args: argparse.Namespace) -> int:
     # one column off when the two disagree (a zero-based file without any "0:" token).
     zero_based = "auto" if loaded.index_base is None else loaded.index_base == 0
     try:
+        # Scoring reads no label: any number is taken (a real-valued or negative one is no error here).
         dataset = load_letor(args.data, n_features=args.n_features, zero_based=zero_based,
-                             regroup=args.regroup)
+                             regroup=args.regroup, allow_real_labels=True, allow_negative_labels=True)
     except DataFormatError as err:
-        if zero_based == "auto":
+        # The index-base errors name zero_based, which the user of predict did not set: say why.
+        if zero_based == "auto" or not any(word in str(err) for word in ("zero_based", "zero-based")):
             raise
         raise DataFormatError(f"{err} (read with the feature indices of the model's training file, which "
                               f"start at {loaded.index_base})") from None

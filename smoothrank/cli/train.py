@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     result = train(config, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet)
     if not args.quiet:
         convention = config.evaluation.convention
-        print(f"best epoch {result.best_epoch} of {len(result.history)} "
-              f"(selected by validation {config.evaluation.select_by})")
+        how = (f"selected by validation {config.evaluation.select_by}" if result.valid_metrics
+               else "the last epoch: no validation split to select by")
+        print(f"best epoch {result.best_epoch} of {len(result.history)} ({how})")
         for split, values in (("valid", result.valid_metrics), ("test", result.test_metrics)):
             if values:
                 shown = "  ".join(f"{k}={v:.4f}" for k, v in values.items())

@@ -422,13 +422,22 @@ def finished_result(cell: Cell, out_dir: Path) -> dict[str, Any] | None:
 
 
 def check_out_dir(spec: ExperimentSpec, out_dir: str | Path) -> None:
-    """Raise if ``out_dir`` holds a run of ``spec`` made with other settings, or a damaged one:
-    checked before anything is written there (``spec.yaml`` included)."""
+    """Raise if ``out_dir`` holds a run of ``spec`` made with other settings, or a damaged one, or if
+    a neural run still to do asks for a device this machine cannot use (``neural.training.device``:
+    every run would fail): checked before anything is written there (``spec.yaml`` included)."""
     from smoothrank.experiments.spec import expand
+    from smoothrank.training.trainer import resolve_device
 
+    devices: set[str] = set()
     for cell in expand(spec):
         if finished_result(cell, Path(out_dir)) is None and cell.kind == "neural":
             _check_interrupted(cell, Path(out_dir) / "runs" / cell.run_id)
+            devices.add(str(cell.settings["config"].get("training", {}).get("device", "cpu")))
+    for device in sorted(devices):
+        try:
+            resolve_device(device)
+        except ConfigError as err:
+            raise ConfigError(f"neural.{err} (a run still to do would fail)") from None
 
 
 def _stored_identity(run_dir: Path) -> dict[str, Any] | None:

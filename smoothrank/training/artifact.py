@@ -112,6 +112,13 @@ def load_model(path: str | Path) -> RankingModel:
         reason = str(err).strip().splitlines()[-1].strip()
         raise DataFormatError(f"{path}: damaged smoothrank model file ({reason})") from None
     model.eval()
+    if blob.get("transform_state") is not None:  # damaged: named with the file now, not at scoring
+        from smoothrank.data.transforms import transform_from_state
+
+        try:
+            transform_from_state(blob["transform_state"])
+        except SmoothrankError as err:
+            raise DataFormatError(f"{path}: damaged smoothrank model file ({err})") from None
     return RankingModel(model=model, n_features=blob["n_features"], config=blob.get("config", {}),
                         transform_state=blob.get("transform_state"),
                         version=blob.get("smoothrank_version", "unknown"), metadata=blob.get("metadata", {}),

@@ -158,6 +158,22 @@ class ScheduleConfig(_Section):
     metric: _MetricName = "ndcg@10"
     reinit_patience: Annotated[_Int, Field(ge=1)] | None = 16
 
+    @model_validator(mode="after")
+    def _options_of_the_named_schedule(self) -> ScheduleConfig:
+        # An option of another schedule would be silently ignored ({step_size: 10} alone keeps name
+        # "none"), as momentum would be with Adam. A default value is no choice (a saved config
+        # holds every field).
+        for option, owner in _SCHEDULE_OPTIONS.items():
+            if owner != self.name and getattr(self, option) != ScheduleConfig.model_fields[option].default:
+                raise ValueError(f"{option}: only the {owner} schedule takes it, not {self.name!r} "
+                                 f"(set name: {owner})")
+        return self
+
+
+#: Which schedule each option of :class:`ScheduleConfig` belongs to.
+_SCHEDULE_OPTIONS = {"step_size": "step", "gamma": "step", "factor": "softrank", "metric": "softrank",
+                     "reinit_patience": "softrank"}
+
 
 class TrainingConfig(_Section):
     epochs: Annotated[_Int, Field(ge=1)] = 100

@@ -132,7 +132,8 @@ def build_loss(config: Config) -> Callable[..., Tensor]:
         raise ConfigError(f"loss.options: {err}") from None
 
 
-def _device(name: str) -> torch.device:
+def resolve_device(name: str) -> torch.device:
+    """``training.device`` as a ``torch.device`` this machine can use, else :class:`ConfigError`."""
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -484,7 +485,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
     elif checkpoint_path.exists():
         raise ConfigError(f"{run_path} already holds a run; pass --resume to continue it or choose another "
                           "output.run_dir")
-    device = _device(config.training.device)
+    device = resolve_device(config.training.device)
     if splits is None:
         splits = load_splits(config)
     splits = dict(splits)
