@@ -491,6 +491,11 @@ def test_predict_names_the_models_index_base_only_for_index_errors(folds, model,
     repeated.write_text("\n".join([*lines, lines[0]]) + "\n")
     assert main(["predict", str(model), str(repeated), "--out", str(tmp_path / "r.pred")]) == 2
     assert "feature indices of the model's training file" not in _error(capsys)
+    nan_label = tmp_path / "zero_based_named.txt"  # a path holding the words: still not an index error
+    nan_label.write_text("\n".join(["nan" + lines[0][1:], *lines[1:]]) + "\n")
+    assert main(["predict", str(model), str(nan_label), "--out", str(tmp_path / "n.pred")]) == 2
+    err = _error(capsys)
+    assert "not finite" in err and "feature indices of the model's training file" not in err, err
     zero = tmp_path / "zero.txt"  # index 0 in a file read with the model's one-based indices
     zero.write_text(lines[0].replace(" 1:", " 0:", 1) + "\n")
     assert main(["predict", str(model), str(zero), "--out", str(tmp_path / "z.pred")]) == 2

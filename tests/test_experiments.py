@@ -86,6 +86,22 @@ def test_a_device_this_machine_cannot_use_is_refused_before_anything_is_written(
         assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
+def test_a_loss_that_switches_schedule_may_inherit_the_shared_schedules_options(letor_files):
+    # A review: a shared {name: step, step_size: 10} with one loss switching to softrank (or a grid
+    # over the name) was refused after the schedule check was added; it had loaded before.
+    shared = {"schedule": {"name": "step", "step_size": 10}, "training": {"epochs": 2}}
+    losses = ["list_net",
+              {"name": "rank_net", "label": "rn-soft", "overrides": {"schedule": {"name": "softrank"}}},
+              {"name": "rank_net", "label": "rn-grid", "grid": {"overrides.schedule.name": ["step", "none"]}}]
+    spec = spec_from_dict(_spec_dict(letor_files, neural=shared, losses=losses, gbdt=[], baseline=None))
+    names = sorted(c.settings["config"]["schedule"]["name"] for c in expand(spec))
+    assert names == ["none", "softrank", "step", "step"]
+    # an option the loss's own override sets for another schedule is still refused
+    own = [{"name": "rank_net", "overrides": {"schedule": {"name": "softrank", "gamma": 0.5}}}]
+    with pytest.raises(ConfigError, match=r"schedule: gamma: only the step schedule takes it, not 'softrank"):
+        spec_from_dict(_spec_dict(letor_files, neural=shared, losses=own, gbdt=[], baseline=None))
+
+
 def test_spec_expands_grid(letor_files):
     spec = spec_from_dict(_spec_dict(letor_files, seeds=[0, 1]))
     cells = expand(spec)

@@ -357,6 +357,14 @@ def test_a_signal_to_the_parent_alone_stops_the_workers_too(letor, tmp_path, sig
     (lambda blob: blob.pop("state_dict"), "no 'state_dict'"),
     # named only when a dataset was scored, without the file (a review, 2026-11-25)
     (lambda blob: blob.update(transform_state={"name": "unknown"}), "transform_from_state: unknown"),
+    (lambda blob: blob.update(transform_state={"type": "Compose"}), "transform_from_state: Compose needs"),
+    (lambda blob: blob.update(transform_state={"type": "Compose", "transforms": 5}), "transform_from_state"),
+    (lambda blob: blob.update(transform_state={"type": "SignedLog1p", "features": "ab"}),
+     "transform_from_state: SignedLog1p needs integer"),
+    (lambda blob: blob.update(transform_state={"type": "Standardize", "mean": [0.0] * 3, "std": [1.0] * 3}),
+     "Standardize: fitted on 3 features"),
+    (lambda blob: blob.update(transform_state={"type": "SignedLog1p", "features": [10_000]}),
+     "SignedLog1p: features: column 10000 is out of range"),
 ])
 def test_a_damaged_model_file_is_an_error_naming_it(letor, tmp_path, damage, reason):
     train(_config(letor, tmp_path / "run", training={"epochs": 1}), quiet=True)

@@ -125,6 +125,22 @@ def test_schedule_options_of_another_schedule_are_refused(schedule, message):
         assert config_from_dict(yaml.safe_load(dump_config(config))) == config
 
 
+def test_schedule_options_inherited_where_an_overlay_changed_the_name_pass(tmp_path):
+    # A review: --override schedule.name=none on a file with step_size: 10 was refused, telling the
+    # user to set name: step, i.e. to undo the override. An option the overlay set itself still counts.
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**MINIMAL, "schedule": {"name": "step", "step_size": 10}}))
+    assert load_config(path, ["schedule.name=none"]).schedule.name == "none"
+    assert load_config(path, ["schedule.name=softrank"]).schedule.name == "softrank"
+    with pytest.raises(ConfigError, match=r"schedule: factor: only the softrank schedule takes it, not"):
+        load_config(path, ["schedule.name=none", "schedule.factor=0.5"])
+    with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule"):
+        load_config(path, ["schedule.name=none", "schedule.step_size=5"])
+    path.write_text(yaml.safe_dump({**MINIMAL, "schedule": {"step_size": 10}}))  # ignored from the file
+    with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule takes it, not 'none"):
+        load_config(path, ["training.epochs=3"])
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_config(tmp_path / "missing.yaml")

@@ -40,12 +40,15 @@ def run(args: argparse.Namespace) -> int:
     # one column off when the two disagree (a zero-based file without any "0:" token).
     zero_based = "auto" if loaded.index_base is None else loaded.index_base == 0
     try:
-        # Scoring reads no label: any number is taken (a real-valued or negative one is no error here).
+        # Scoring uses no label: a real-valued or negative one is no error here (the reader still
+        # refuses a label that is not a finite float32 number).
         dataset = load_letor(args.data, n_features=args.n_features, zero_based=zero_based,
                              regroup=args.regroup, allow_real_labels=True, allow_negative_labels=True)
     except DataFormatError as err:
-        # The index-base errors name zero_based, which the user of predict did not set: say why.
-        if zero_based == "auto" or not any(word in str(err) for word in ("zero_based", "zero-based")):
+        # The index-base errors (their phrases, not the path, which may hold any word) name
+        # zero_based, which the user of predict did not set: say why.
+        phrases = ("(indices are zero-based:", "but zero_based=False (indices start at 1)")
+        if zero_based == "auto" or not any(phrase in str(err) for phrase in phrases):
             raise
         raise DataFormatError(f"{err} (read with the feature indices of the model's training file, which "
                               f"start at {loaded.index_base})") from None

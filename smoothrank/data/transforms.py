@@ -173,9 +173,17 @@ def transform_from_state(state: dict[str, Any]) -> Transform:
         t.mean, t.std = _standardize_state(state)
         return t
     if kind == "SignedLog1p":
-        return SignedLog1p(state.get("features"))
+        try:
+            return SignedLog1p(state.get("features"))
+        except (TypeError, ValueError) as err:  # columns that are not integers
+            raise SmoothrankError(f"transform_from_state: SignedLog1p needs integer 'features' ({err})") \
+                from None
     if kind == "QueryMinMax":
         return QueryMinMax()
     if kind == "Compose":
-        return Compose([transform_from_state(s) for s in state["transforms"]])
+        parts = state.get("transforms")
+        if not isinstance(parts, list):
+            raise SmoothrankError(f"transform_from_state: Compose needs a list of 'transforms', got "
+                                  f"{type(parts).__name__}")
+        return Compose([transform_from_state(s) for s in parts])
     raise SmoothrankError(f"transform_from_state: unknown transform state {state!r:.80}")

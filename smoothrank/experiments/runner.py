@@ -168,10 +168,12 @@ def _run_neural(cell: Cell, run_dir: Path, *,
                 quiet: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from smoothrank.datasets import load_splits
     from smoothrank.training import load_model, train
-    from smoothrank.training.config import config_from_dict
+    from smoothrank.training.config import SCHEDULE_OPTIONS, config_from_dict
 
-    # probe_loss=False: the spec check probed the loss options already, once for the whole grid.
-    config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
+    # probe_loss=False: the spec check probed the loss options already, once for the whole grid, and
+    # checked the schedule options knowing which the loss's overrides inherited (SCHEDULE_OPTIONS).
+    config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False,
+                              inherited_schedule=SCHEDULE_OPTIONS)
     _check_interrupted(cell, run_dir)  # also when called without check_out_dir (the Python API)
     splits = load_splits(cell.settings["config"]["data"])
     train_dir = run_dir / "train"
@@ -192,7 +194,8 @@ def _run_neural(cell: Cell, run_dir: Path, *,
         refit_dict = copy.deepcopy(cell.settings["config"])
         refit_dict["training"]["epochs"] = result.best_epoch
         refit_dict["training"]["early_stopping_patience"] = None  # no validation split: the epochs are fixed
-        refit_config = config_from_dict(refit_dict, source=f"refit of run {cell.run_id}", probe_loss=False)
+        refit_config = config_from_dict(refit_dict, source=f"refit of run {cell.run_id}", probe_loss=False,
+                                        inherited_schedule=SCHEDULE_OPTIONS)
         refit_dir = run_dir / "refit"
         train(refit_config, run_dir=refit_dir, resume=(refit_dir / "checkpoint.pt").is_file(), quiet=quiet,
               splits={"train": merged})
@@ -466,10 +469,11 @@ def _check_interrupted(cell: Cell, run_dir: Path) -> None:
 
         changes = "; ".join(config_differences(stored.get("identity"), cell.identity())) or "its fingerprint"
     else:
-        from smoothrank.training.config import config_from_dict
+        from smoothrank.training.config import SCHEDULE_OPTIONS, config_from_dict
         from smoothrank.training.trainer import checkpoint_changes
 
-        config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False)
+        config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False,
+                                  inherited_schedule=SCHEDULE_OPTIONS)
         changes = checkpoint_changes(config, run_dir / "train")
         if not changes:
             return

@@ -675,7 +675,12 @@ def _gbdt_problems(gb: GBDTSpec, where: str) -> list[str]:
 
 def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     from smoothrank import losses as loss_registry
-    from smoothrank.training.config import check_loss_options, check_metric, config_from_dict
+    from smoothrank.training.config import (
+        check_loss_options,
+        check_metric,
+        config_from_dict,
+        inherited_schedule_options,
+    )
 
     problems: list[str] = []
     for i, name in enumerate(spec.metrics):
@@ -803,8 +808,10 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         for loss, model in spec.neural_pairs():
             try:
                 # The loss options were probed above, once per loss.
-                config_from_dict(neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0]),
-                                 source=f"neural settings of {loss.tag}-{model.label}", probe_loss=False)
+                config = neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0])
+                config_from_dict(config, source=f"neural settings of {loss.tag}-{model.label}",
+                                 probe_loss=False,
+                                 inherited_schedule=inherited_schedule_options(spec.neural, config))
             except ConfigError as err:
                 problems.append(str(err).replace("\n", "\n    "))
     return problems

@@ -113,10 +113,14 @@ def load_model(path: str | Path) -> RankingModel:
         raise DataFormatError(f"{path}: damaged smoothrank model file ({reason})") from None
     model.eval()
     if blob.get("transform_state") is not None:  # damaged: named with the file now, not at scoring
+        from smoothrank.data import Dataset
         from smoothrank.data.transforms import transform_from_state
 
         try:
-            transform_from_state(blob["transform_state"])
+            # applied once to a row of zeros of the model's width: a state fitted on another width,
+            # or a column beyond it, is found here too
+            probe = Dataset.from_arrays(np.zeros((1, blob["n_features"]), np.float32), np.zeros(1), ["0"])
+            transform_from_state(blob["transform_state"]).transform(probe)
         except SmoothrankError as err:
             raise DataFormatError(f"{path}: damaged smoothrank model file ({err})") from None
     return RankingModel(model=model, n_features=blob["n_features"], config=blob.get("config", {}),

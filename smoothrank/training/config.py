@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -159,20 +160,35 @@ class ScheduleConfig(_Section):
     reinit_patience: Annotated[_Int, Field(ge=1)] | None = 16
 
     @model_validator(mode="after")
-    def _options_of_the_named_schedule(self) -> ScheduleConfig:
+    def _options_of_the_named_schedule(self, info: ValidationInfo) -> ScheduleConfig:
         # An option of another schedule would be silently ignored ({step_size: 10} alone keeps name
         # "none"), as momentum would be with Adam. A default value is no choice (a saved config
-        # holds every field).
-        for option, owner in _SCHEDULE_OPTIONS.items():
-            if owner != self.name and getattr(self, option) != ScheduleConfig.model_fields[option].default:
+        # holds every field), nor is an option inherited from a base whose schedule name an overlay
+        # changed (config_from_dict's inherited_schedule).
+        inherited = (info.context or {}).get("inherited_schedule", ())
+        for option, owner in SCHEDULE_OPTIONS.items():
+            if owner != self.name and option not in inherited and \
+                    getattr(self, option) != ScheduleConfig.model_fields[option].default:
                 raise ValueError(f"{option}: only the {owner} schedule takes it, not {self.name!r} "
                                  f"(set name: {owner})")
         return self
 
 
 #: Which schedule each option of :class:`ScheduleConfig` belongs to.
-_SCHEDULE_OPTIONS = {"step_size": "step", "gamma": "step", "factor": "softrank", "metric": "softrank",
-                     "reinit_patience": "softrank"}
+SCHEDULE_OPTIONS = {"step_size": "step", "gamma": "step", "factor": "softrank", "metric": "softrank",
+                    "reinit_patience": "softrank"}
+
+
+def inherited_schedule_options(base: Any, merged: Any) -> frozenset[str]:
+    """The ``schedule`` options that ``merged`` (``base`` with an overlay: a loss's overrides,
+    command-line overrides) keeps from ``base`` where the overlay changed the schedule's name: chosen
+    for base's schedule, they are not refused as options of another one."""
+    old = base.get("schedule") if isinstance(base, Mapping) else None
+    new = merged.get("schedule") if isinstance(merged, Mapping) else None
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping) or \
+            old.get("name", "none") == new.get("name", "none"):
+        return frozenset()
+    return frozenset(k for k in old if k != "name" and k in new and new[k] == old[k])
 
 
 class TrainingConfig(_Section):
@@ -363,20 +379,23 @@ def _metric_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
-def config_from_dict(data: Any, *, source: str = "config", probe_loss: bool = True) -> Config:
+def config_from_dict(data: Any, *, source: str = "config", probe_loss: bool = True,
+                     inherited_schedule: Collection[str] = ()) -> Config:
     """Validate a plain mapping; raise :class:`ConfigError` listing every problem.
 
     Besides the schema, the loss name and option names are checked against the loss registry,
     and the loss option values and metric names by computing them once on a tiny batch.
     ``probe_loss=False`` leaves the loss option values to the caller (experiment specs, whose
     option forms such as ``discount: {shallow: A, n: N}`` are resolved before the loss is built).
+    ``inherited_schedule``: ``schedule`` options not refused when they belong to another schedule
+    than ``schedule.name`` (see :func:`inherited_schedule_options`).
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     problems = _loss_problems(data, probe=probe_loss) + _metric_problems(data)
     config = None
     try:
-        config = Config.model_validate(data)
+        config = Config.model_validate(data, context={"inherited_schedule": frozenset(inherited_schedule)})
     except ValidationError as err:
         problems = _error_lines(err) + problems
     if problems:
@@ -444,9 +463,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read, override and validate a configuration (one message lists every problem)."""
-    data = read_config_file(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides or []))
-    return config_from_dict(data, source=str(path) if path is not None else "config")
+    base = read_config_file(path) if path is not None else {}
+    data = apply_overrides(base, list(overrides or []))
+    return config_from_dict(data, source=str(path) if path is not None else "config",
+                            inherited_schedule=inherited_schedule_options(base, data))
 
 
 def dump_config(config: Config) -> str:
