@@ -1,4 +1,4 @@
-"""The same results on a CUDA device as on the CPU: every loss, the pairwise Hessian diagonals, the
+"""The same results on a CUDA device as on the CPU: every loss, the closed-form Hessian diagonals, the
 metrics, SoftRank, the models and the trainer. Skipped where no CUDA device exists (CI has none); run
 on a GPU machine with ``.venv/bin/python -m pytest tests/test_cuda.py`` (docs/BENCHMARKS.md records
 the last such run).
@@ -68,15 +68,16 @@ def test_every_loss_is_finite_in_float32_on_cuda(name: str) -> None:
     assert torch.isfinite(value).all() and torch.isfinite(on_gpu.grad).all()
 
 
-@pytest.mark.parametrize("name", ["rank_net", "lambda_rank"])
-def test_the_pairwise_hessian_diagonal_on_cuda_equals_the_cpu_value(name: str) -> None:
+@pytest.mark.parametrize("name", ["rank_net", "lambda_rank", "list_net"])
+def test_the_closed_form_hessian_diagonal_on_cuda_equals_the_cpu_value(name: str) -> None:
     from smoothrank import boosting
-    from smoothrank.losses import pairwise
+    from smoothrank.losses import listwise, pairwise
 
-    diagonal = getattr(pairwise, f"{name}_hessian_diagonal")
+    diagonal = getattr(listwise if name == "list_net" else pairwise, f"{name}_hessian_diagonal")
+    options = {} if name == "list_net" else {"k": 5}
     scores, labels, mask = _slates()
-    cpu = diagonal(scores, labels, mask=mask, reduction="sum", k=5)
-    gpu = diagonal(scores.to(CUDA), labels.to(CUDA), mask=mask.to(CUDA), reduction="sum", k=5)
+    cpu = diagonal(scores, labels, mask=mask, reduction="sum", **options)
+    gpu = diagonal(scores.to(CUDA), labels.to(CUDA), mask=mask.to(CUDA), reduction="sum", **options)
     assert gpu.device.type == "cuda"
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-7, atol=1e-12)
     # the boosters' objective computed on the device
