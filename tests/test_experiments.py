@@ -100,6 +100,14 @@ def test_a_loss_that_switches_schedule_may_inherit_the_shared_schedules_options(
     own = [{"name": "rank_net", "overrides": {"schedule": {"name": "softrank", "gamma": 0.5}}}]
     with pytest.raises(ConfigError, match=r"schedule: gamma: only the step schedule takes it, not 'softrank"):
         spec_from_dict(_spec_dict(letor_files, neural=shared, losses=own, gbdt=[], baseline=None))
+    # ... also at the shared value, and a shared option no schedule of the shared settings used
+    again = [{"name": "rank_net", "overrides": {"schedule": {"name": "softrank", "step_size": 10}}}]
+    with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule"):
+        spec_from_dict(_spec_dict(letor_files, neural=shared, losses=again, gbdt=[], baseline=None))
+    unused = {"schedule": {"name": "none", "step_size": 10}, "training": {"epochs": 2}}
+    switch = [{"name": "rank_net", "overrides": {"schedule": {"name": "softrank"}}}]
+    with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule"):
+        spec_from_dict(_spec_dict(letor_files, neural=unused, losses=switch, gbdt=[], baseline=None))
 
 
 def test_spec_expands_grid(letor_files):

@@ -361,6 +361,10 @@ def test_a_signal_to_the_parent_alone_stops_the_workers_too(letor, tmp_path, sig
     (lambda blob: blob.update(transform_state={"type": "Compose", "transforms": 5}), "transform_from_state"),
     (lambda blob: blob.update(transform_state={"type": "SignedLog1p", "features": "ab"}),
      "transform_from_state: SignedLog1p needs integer"),
+    (lambda blob: blob.update(transform_state={"type": "SignedLog1p", "features": "12"}),  # not [1, 2]
+     "transform_from_state: SignedLog1p needs integer"),
+    (lambda blob: blob.update(transform_state={"type": "SignedLog1p", "features": [1.7]}),  # not [1]
+     "transform_from_state: SignedLog1p needs integer"),
     (lambda blob: blob.update(transform_state={"type": "Standardize", "mean": [0.0] * 3, "std": [1.0] * 3}),
      "Standardize: fitted on 3 features"),
     (lambda blob: blob.update(transform_state={"type": "SignedLog1p", "features": [10_000]}),

@@ -136,6 +136,19 @@ def test_schedule_options_inherited_where_an_overlay_changed_the_name_pass(tmp_p
         load_config(path, ["schedule.name=none", "schedule.factor=0.5"])
     with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule"):
         load_config(path, ["schedule.name=none", "schedule.step_size=5"])
+    # the same value set again by the overrides is set by them (a second review: it slipped through)
+    with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule"):
+        load_config(path, ["schedule.name=softrank", "schedule.step_size=10"])
+    # the inherited option is reset to its default, what softrank does with it: the run's saved
+    # config.yaml loads again (it was refused: "factor: only the softrank schedule takes it")
+    path.write_text(yaml.safe_dump({**MINIMAL, "schedule": {"name": "softrank", "factor": 0.3}}))
+    resolved = load_config(path, ["schedule.name=step"])
+    assert resolved.schedule.factor == 0.8 and resolved.schedule.name == "step"
+    assert config_from_dict(yaml.safe_load(dump_config(resolved))) == resolved
+    # an option the file held for a schedule it did not name was never a choice: still refused
+    path.write_text(yaml.safe_dump({**MINIMAL, "schedule": {"name": "none", "step_size": 10}}))
+    with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule takes it, not 'soft"):
+        load_config(path, ["schedule.name=softrank"])
     path.write_text(yaml.safe_dump({**MINIMAL, "schedule": {"step_size": 10}}))  # ignored from the file
     with pytest.raises(ConfigError, match=r"schedule: step_size: only the step schedule takes it, not 'none"):
         load_config(path, ["training.epochs=3"])

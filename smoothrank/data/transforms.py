@@ -7,6 +7,7 @@ Each transform has ``fit(dataset) -> self``, ``transform(dataset) -> Dataset`` a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,7 +84,9 @@ class SignedLog1p(Transform):
 
     def __init__(self, features: Sequence[int] | None = None) -> None:
         if features is not None:
-            features = [int(j) for j in features]
+            if isinstance(features, str | bytes):  # "12" is not the columns [1, 2]
+                raise TypeError(f"SignedLog1p: features: expected column indices, got {features!r}")
+            features = [operator.index(j) for j in features]  # 1.7 is no column either
             if any(j < 0 for j in features):
                 raise SmoothrankError("SignedLog1p: features: expected 0-based column indices, "
                                       f"got {features}")

@@ -811,7 +811,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                 config = neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0])
                 config_from_dict(config, source=f"neural settings of {loss.tag}-{model.label}",
                                  probe_loss=False,
-                                 inherited_schedule=inherited_schedule_options(spec.neural, config))
+                                 inherited_schedule=inherited_schedule_options(spec.neural, loss.overrides))
             except ConfigError as err:
                 problems.append(str(err).replace("\n", "\n    "))
     return problems

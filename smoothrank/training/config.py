@@ -163,15 +163,21 @@ class ScheduleConfig(_Section):
     def _options_of_the_named_schedule(self, info: ValidationInfo) -> ScheduleConfig:
         # An option of another schedule would be silently ignored ({step_size: 10} alone keeps name
         # "none"), as momentum would be with Adam. A default value is no choice (a saved config
-        # holds every field), nor is an option inherited from a base whose schedule name an overlay
-        # changed (config_from_dict's inherited_schedule).
+        # holds every field). An option inherited from a base whose schedule an overlay renamed
+        # (config_from_dict's inherited_schedule) was chosen for the base's schedule: it is reset to
+        # its default, which is what this schedule does with it, so the resolved config says so and
+        # loads again.
         inherited = (info.context or {}).get("inherited_schedule", ())
+        reset = {}
         for option, owner in SCHEDULE_OPTIONS.items():
-            if owner != self.name and option not in inherited and \
-                    getattr(self, option) != ScheduleConfig.model_fields[option].default:
+            default = ScheduleConfig.model_fields[option].default
+            if owner == self.name or getattr(self, option) == default:
+                continue
+            if option not in inherited:
                 raise ValueError(f"{option}: only the {owner} schedule takes it, not {self.name!r} "
                                  f"(set name: {owner})")
-        return self
+            reset[option] = default
+        return self.model_copy(update=reset) if reset else self
 
 
 #: Which schedule each option of :class:`ScheduleConfig` belongs to.
@@ -179,16 +185,20 @@ SCHEDULE_OPTIONS = {"step_size": "step", "gamma": "step", "factor": "softrank", 
                     "reinit_patience": "softrank"}
 
 
-def inherited_schedule_options(base: Any, merged: Any) -> frozenset[str]:
-    """The ``schedule`` options that ``merged`` (``base`` with an overlay: a loss's overrides,
-    command-line overrides) keeps from ``base`` where the overlay changed the schedule's name: chosen
-    for base's schedule, they are not refused as options of another one."""
+def inherited_schedule_options(base: Any, overlay: Any) -> frozenset[str]:
+    """The ``schedule`` options of ``base`` (a config file, an experiment's shared ``neural``
+    settings) that ``overlay`` (command-line overrides, a loss's ``overrides``) leaves alone while it
+    renames the schedule: options of the base's own schedule, chosen for it and not for the new one,
+    so not refused as options of another schedule (an option the overlay sets, or one the base held
+    for a schedule it did not name, still is)."""
     old = base.get("schedule") if isinstance(base, Mapping) else None
-    new = merged.get("schedule") if isinstance(merged, Mapping) else None
-    if not isinstance(old, Mapping) or not isinstance(new, Mapping) or \
-            old.get("name", "none") == new.get("name", "none"):
+    new = overlay.get("schedule") if isinstance(overlay, Mapping) else None
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping) or "name" not in new:
         return frozenset()
-    return frozenset(k for k in old if k != "name" and k in new and new[k] == old[k])
+    old_name = old.get("name", "none")
+    if new["name"] == old_name:
+        return frozenset()
+    return frozenset(k for k in old if k not in new and SCHEDULE_OPTIONS.get(k) == old_name)
 
 
 class TrainingConfig(_Section):
@@ -465,8 +475,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Read, override and validate a configuration (one message lists every problem)."""
     base = read_config_file(path) if path is not None else {}
     data = apply_overrides(base, list(overrides or []))
+    overlay = apply_overrides({}, list(overrides or []))  # what the overrides set, alone
     return config_from_dict(data, source=str(path) if path is not None else "config",
-                            inherited_schedule=inherited_schedule_options(base, data))
+                            inherited_schedule=inherited_schedule_options(base, overlay))
 
 
 def dump_config(config: Config) -> str:
