@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from smoothrank.errors import ConfigError
+from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.models import (
     ContextAwareRanker,
     LinearScorer,
@@ -271,3 +271,19 @@ def test_compiled_training_draws_dropout_as_eager_mode():
     torch.manual_seed(1)
     compiled = torch.compile(model, backend="aot_eager")(x, mask)
     assert torch.equal(compiled, eager)
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp", "context_aware"])
+def test_models_refuse_a_mask_or_features_that_are_not_bool_tensors(kind):
+    # An audit (2026-11-25): numpy or list inputs failed inside torch (AttributeError), and an integer
+    # mask was cast to bool silently.
+    import numpy as np
+
+    model = build_model({"kind": kind}, 4)
+    x, mask = torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    for bad in (mask.int(), mask.float(), mask.numpy(), mask.tolist()):
+        with pytest.raises(SmoothrankError, match=r"mask: expected a boolean torch\.Tensor"):
+            model(x, bad)
+    with pytest.raises(SmoothrankError, match=r"features: expected a torch\.Tensor, got ndarray"):
+        model(np.zeros((2, 3, 4), np.float32), mask)
+    assert model(x, mask).shape == (2, 3)

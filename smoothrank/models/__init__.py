@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from smoothrank.errors import ConfigError
+from smoothrank.errors import ConfigError, SmoothrankError
 
 __all__ = [
     "ACTIVATIONS",
@@ -55,6 +55,12 @@ def _activation(name: str | None, *, argument: str) -> nn.Module:
 
 def _check_inputs(features: Tensor, mask: Tensor | None, n_features: int) -> Tensor:
     """Validate shapes and return a boolean mask (all True when ``mask`` is None)."""
+    if not isinstance(features, Tensor):
+        raise SmoothrankError(f"features: expected a torch.Tensor, got {type(features).__name__}")
+    if mask is not None and (not isinstance(mask, Tensor) or mask.dtype != torch.bool):
+        # an integer or float 0/1 mask was cast silently, a numpy one failed inside torch
+        what = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise SmoothrankError(f"mask: expected a boolean torch.Tensor (True = real item), got {what}")
     if features.dim() != 3:
         raise ValueError("features: expected shape (batch, list_size, n_features), "
                          f"got {tuple(features.shape)}")
@@ -64,7 +70,7 @@ def _check_inputs(features: Tensor, mask: Tensor | None, n_features: int) -> Ten
         return torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
     if mask.shape != features.shape[:2]:
         raise ValueError(f"mask: expected shape {tuple(features.shape[:2])}, got {tuple(mask.shape)}")
-    return mask.to(torch.bool)
+    return mask
 
 
 class _PerItemScorer(nn.Module):

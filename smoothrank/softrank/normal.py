@@ -56,7 +56,7 @@ def normal_rank_distributions(pi: Tensor, *, mask: Tensor | None = None,
         Zero rows for padded documents and zero columns for ranks ``>= n_b`` (the number of real
         items of the query); differentiable through ``pi`` by autograd (``O(batch n R)`` memory).
     """
-    return _normal_rank_distributions(*check_contest_matrix(pi, mask, max_rank))
+    return _normal_rank_distributions(*check_contest_matrix(pi, mask, max_rank)).to(pi.dtype)
 
 
 def _normal_rank_distributions(pi: Tensor, mask: Tensor, n_ranks: int) -> Tensor:
@@ -120,7 +120,7 @@ def hybrid_rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_ran
     """
     n_exact = check_n_exact(n_exact)
     return _hybrid_rank_distributions(*check_contest_matrix(pi, mask, max_rank), n_exact=n_exact,
-                                      backend=backend)
+                                      backend=backend).to(pi.dtype)
 
 
 def _hybrid_rank_distributions(pi: Tensor, mask: Tensor, n_ranks: int, *, n_exact: int,

@@ -44,7 +44,8 @@ def check_contest_matrix(pi: object, mask: Tensor | None, max_rank: object) -> t
 
     ``pi`` must be a floating ``(batch, n, n)`` tensor whose contests between real items are
     probabilities (finite, in [0, 1] up to 1e-3); its diagonal and padded rows and columns are ignored
-    (returned as zeros). ``R`` is ``min(max_rank, n)`` (``n`` when None; at least 1).
+    (returned as zeros), and half precision is widened to float32. ``R`` is ``min(max_rank, n)``
+    (``n`` when None; at least 1).
     """
     if not isinstance(pi, Tensor):
         raise SmoothrankError(f"pi: expected a torch.Tensor, got {type(pi).__name__}")
@@ -64,6 +65,10 @@ def check_contest_matrix(pi: object, mask: Tensor | None, max_rank: object) -> t
                               f"to {high:g}")
     n = pi.shape[-1]
     n_ranks = n if max_rank is None else check_positive_int(max_rank, "max_rank")
+    if pi.dtype in (torch.float16, torch.bfloat16):
+        # Sums over a long list in half precision lose whole ranks (bfloat16 rows of n = 1000 summed
+        # to 1 +- 0.065): the distributions are computed in float32, and returned in pi's dtype.
+        pi = pi.float()
     return torch.where(real, pi, torch.zeros_like(pi)), mask, min(n_ranks, max(n, 1))
 
 
@@ -109,6 +114,10 @@ def pairwise_probabilities(scores: Tensor, *, sigma: float = 1.0, mask: Tensor |
         saturates cleanly to 0 or 1 on huge gaps, so values and gradients stay finite.
     """
     mask = check_scores_mask(scores, mask)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        # In float32, returned in the scores' dtype: float16's density / (sigma sqrt 2) overflowed at
+        # sigma below 4e-6, and tied scores got inf - inf = NaN gradients.
+        return pairwise_probabilities(scores.float(), sigma=sigma, mask=mask).to(scores.dtype)
     sigma = within_dtype(check_sigma(sigma), scores.dtype, divides=True)
     # Padded scores may hold anything (even inf/nan): neutralise them before differencing so
     # that no NaN can leak into the gradient of the real items through torch.where.

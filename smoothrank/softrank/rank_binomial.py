@@ -321,11 +321,11 @@ def rank_distributions(pi: Tensor, *, mask: Tensor | None = None, max_rank: int 
     Tensor, shape (batch, n, R)
         Each real row sums to 1 when ``R >= n_real``; differentiable with respect to ``pi``.
     """
-    pi, mask, n_ranks = check_contest_matrix(pi, mask, max_rank)
+    contests, mask, n_ranks = check_contest_matrix(pi, mask, max_rank)  # half precision: in float32
     if select is not None and (not isinstance(select, Tensor) or select.shape != mask.shape):
         shape = tuple(select.shape) if isinstance(select, Tensor) else type(select).__name__
         raise SmoothrankError(f"select: expected a bool tensor of shape {tuple(mask.shape)}, got {shape}")
-    return _rank_distributions(pi, mask, n_ranks, select=select, backend=backend)
+    return _rank_distributions(contests, mask, n_ranks, select=select, backend=backend).to(pi.dtype)
 
 
 def _rank_distributions(pi: Tensor, mask: Tensor, n_ranks: int, *, select: Tensor | None = None,
