@@ -465,3 +465,21 @@ def test_context_aware_ranker_scores_a_list_alike_in_a_training_slate_and_at_inf
                                        rtol=1e-5, atol=1e-5)
             seen += rows.shape[0]
     assert seen == 2 * dataset.n_docs
+
+
+def test_a_run_saved_with_an_unread_schedule_option_resumes(small_letor, tmp_path):
+    # A review (2026-11-25): a run interrupted before the schedule check, whose checkpoint holds an
+    # option its schedule does not read (inherited step_size: 10 under name: none), could not be
+    # resumed: the resolved config now resets it to 50 ("schedule.step_size: 10 in the run, 50 now"),
+    # and no config could give the run's value back.
+    import torch
+
+    from smoothrank.training.trainer import CHECKPOINT
+
+    config = make_config(small_letor, tmp_path / "old", training={"epochs": 2})
+    train(config, quiet=True, stop_after_epoch=1)
+    path = tmp_path / "old" / CHECKPOINT
+    state = torch.load(path, weights_only=False)
+    state["config"]["schedule"]["step_size"] = 10  # as the code before the check saved it
+    torch.save(state, path)
+    assert len(train(config, quiet=True, resume=True).history) == 2

@@ -38,7 +38,7 @@ from smoothrank.errors import ConfigError, DataFormatError, SmoothrankError, Smo
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text, load_torch_file
 from smoothrank.training.artifact import RankingModel, save_model
-from smoothrank.training.config import Config, dump_config
+from smoothrank.training.config import SCHEDULE_OPTIONS, Config, dump_config
 from smoothrank.training.schedules import build_schedule, set_lr
 
 __all__ = [
@@ -351,11 +351,28 @@ def _without_data_paths(dumped: Any) -> Any:
     return {**dumped, "data": {k: v for k, v in dumped["data"].items() if k not in _DATA_PATHS}}
 
 
+def _schedules_in_use(run: Any, now: Any) -> tuple[Any, Any]:
+    """``run`` and ``now`` without the schedule options that their (same) schedule does not read: a
+    run saved before 2026-11-25 may hold an inherited ``step_size: 10`` under ``name: none``, which the
+    resolved config now resets to its default; neither changes the training, so neither blocks a
+    resume. Schedules of different names are left whole (their difference is reported)."""
+    old = run.get("schedule") if isinstance(run, dict) else None
+    new = now.get("schedule") if isinstance(now, dict) else None
+    if not (isinstance(old, dict) and isinstance(new, dict)) or old.get("name") != new.get("name"):
+        return run, now
+    name = new.get("name")
+
+    def in_use(schedule: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in schedule.items() if SCHEDULE_OPTIONS.get(k, name) == name}
+
+    return {**run, "schedule": in_use(old)}, {**now, "schedule": in_use(new)}
+
+
 def _config_changes(state: dict[str, Any], config: Config, *, paths: bool = True) -> str:
     """How ``config`` differs from the one a checkpoint ``state`` was saved with ("" if it does not).
     ``paths=False`` leaves the data file paths out: a caller that hands the splits over vouches for
     the data (the experiment runner compares the files' contents)."""
-    run, now = state.get("config"), _comparable(config)
+    run, now = _schedules_in_use(state.get("config"), _comparable(config))
     if not paths:
         run, now = _without_data_paths(run), _without_data_paths(now)
     if run == now:
