@@ -165,6 +165,16 @@ def reduce(per_query: Tensor, valid: Tensor, reduction: str) -> Tensor:
     return total / valid.sum().clamp_min(1).to(per_query.dtype)
 
 
+def reduce_rows(per_item: Tensor, valid: Tensor, reduction: str) -> Tensor:
+    """(batch, n) per-item values of each query (e.g. a Hessian diagonal) scaled as :func:`reduce`
+    scales the queries' losses: 0 on uninformative queries, divided by their count under "mean"
+    ("none" and "sum" leave each row as it is)."""
+    weight = valid.to(per_item.dtype)
+    if reduction == "mean":
+        weight = weight / valid.sum().clamp_min(1).to(per_item.dtype)
+    return per_item * weight.unsqueeze(-1)
+
+
 def safe_divide(num: Tensor, den: Tensor, valid: Tensor) -> Tensor:
     """num / den where valid, 0 elsewhere, with no NaN in either the forward or backward pass."""
     den = torch.where(valid, den, torch.ones_like(den))

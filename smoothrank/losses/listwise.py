@@ -65,10 +65,7 @@ def list_net_hessian_diagonal(scores: Tensor, labels: Tensor, *, mask: Tensor | 
         log_q = _masked_log_softmax(scores.detach(), mask | ~mask.any(-1, keepdim=True))
         # 1 - q as -expm1(log q): exact where q is close to 1 (one item far above the rest).
         diag = torch.where(mask, log_q.exp() * -torch.expm1(log_q), 0.0)
-        weight = valid.to(diag.dtype)
-        if reduction == "mean":
-            weight = weight / valid.sum().clamp_min(1).to(diag.dtype)
-        return (diag * weight.unsqueeze(-1)).reshape(shape).to(dtype)
+        return C.reduce_rows(diag, valid, reduction).reshape(shape).to(dtype)
 
 
 def _list_net_per_query(scores: Tensor, labels: Tensor, m: Tensor) -> Tensor:

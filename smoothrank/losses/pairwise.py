@@ -164,11 +164,7 @@ def _pair_curvature_sums(scores: Tensor, sigma: float, f: _PairFactors) -> Tenso
 def _diagonal(scores: Tensor, sigma: float, f: _PairFactors, valid: Tensor, reduction: str) -> Tensor:
     """The Hessian diagonal of ``C.reduce(_weighted_pair_cost(scores, sigma, f), valid, reduction)``."""
     with torch.no_grad():
-        per_item = _pair_curvature_sums(scores.detach(), sigma, f)
-        weight = valid.to(scores.dtype)
-        if reduction == "mean":
-            weight = weight / valid.sum().clamp_min(1).to(scores.dtype)
-        return per_item * weight.unsqueeze(-1)
+        return C.reduce_rows(_pair_curvature_sums(scores.detach(), sigma, f), valid, reduction)
 
 
 def _count_lower(labels: Tensor, among: Tensor) -> Tensor:

@@ -66,6 +66,15 @@ def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> t
     return torch.float32 if candidates[0] in (torch.float16, torch.bfloat16) else candidates[0]
 
 
+def exact_order(scores: Tensor) -> Tensor:
+    """``scores`` as the metrics read them, only through their order and ties: integer (and bool)
+    scores are replaced by their dense ranks over the whole tensor, since nanosecond timestamps pass
+    2^53, where float64 merges neighbours; floating scores are returned as they are."""
+    if scores.is_floating_point() or scores.is_complex():
+        return scores
+    return torch.unique(scores, return_inverse=True)[1]
+
+
 def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | None = None,
             negative_labels: bool = False) -> Prepared:
     """Check and convert metric inputs.
@@ -99,11 +108,7 @@ def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | 
     if one_query:
         s, y, m = s.unsqueeze(0), y.unsqueeze(0), m.unsqueeze(0)
     dt = _float_dtype(s, y, dtype)
-    if not s.is_floating_point():
-        # The metrics read scores only through their order and ties: integer scores (nanosecond
-        # timestamps pass 2^53, where float64 merges neighbours) are replaced by their dense ranks.
-        s = torch.unique(s, return_inverse=True)[1]
-    s = s.to(dtype=dt)
+    s = exact_order(s).to(dtype=dt)
     y = y.to(dtype=dt, device=s.device)
     if torch.isnan(s[m]).any():
         raise SmoothrankError("scores: NaN among the real items (mask=True)")

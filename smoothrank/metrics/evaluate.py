@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from smoothrank.errors import SmoothrankError
-from smoothrank.metrics._ranking import _to_tensor
+from smoothrank.metrics._ranking import _to_tensor, exact_order
 from smoothrank.metrics.binary import average_precision, precision, reciprocal_rank
 from smoothrank.metrics.conventions import Convention, get_convention
 from smoothrank.metrics.linear import dcg_beta, ndcg_beta
@@ -242,10 +242,7 @@ def _flat_scores(values: Any) -> np.ndarray:
     """:func:`_flat_float64` for scores: integer scores by their dense ranks over the whole array, as
     :func:`evaluate` reads them (their order and ties within each query kept exactly; nanosecond
     timestamps pass 2^53, where float64 merges neighbours)."""
-    t = _to_tensor(values, "scores")
-    if not t.is_floating_point() and not t.is_complex():
-        t = torch.unique(t.reshape(-1), return_inverse=True)[1]
-    return t.to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
+    return exact_order(_to_tensor(values, "scores")).to(device="cpu", dtype=torch.float64).numpy().reshape(-1)
 
 
 def evaluate_flat(scores: Any, labels: Any, *, offsets: Any, metrics: str | Iterable[str] = LETOR4_METRICS,
