@@ -267,18 +267,14 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
     if hessian == "curvature":
         return _batch_grad_curvature(fn, scores, labels, mask)
     second = hessian == "diagonal"
-    closed_form = _closed_form_diagonal(fn) if second else None
-    if closed_form is not None:  # O(n^2) a query (pairwise), O(n) (ListNet), not n backward passes
-        value = fn(scores, labels, mask=mask, reduction="sum")
-        if not value.requires_grad:
-            zeros = torch.zeros_like(scores)
-            return zeros, zeros
-        (grad,) = torch.autograd.grad(value, scores)
-        return grad, closed_form(scores.detach(), labels, mask=mask, reduction="sum")
     value = fn(scores, labels, mask=mask, reduction="sum")
     if not value.requires_grad:  # no query of the batch depends on its scores
         zeros = torch.zeros_like(scores)
         return zeros, (zeros if second else None)
+    closed_form = _closed_form_diagonal(fn) if second else None
+    if closed_form is not None:  # O(n^2) a query (pairwise), O(n) (ListNet), not n backward passes
+        (grad,) = torch.autograd.grad(value, scores)
+        return grad, closed_form(scores.detach(), labels, mask=mask, reduction="sum")
     (grad,) = torch.autograd.grad(value, scores, create_graph=second)
     if not second:
         return grad, None
