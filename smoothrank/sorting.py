@@ -651,8 +651,10 @@ class _NeuralSortBilinear(torch.autograd.Function):
                 dp = dp.masked_fill(filled, 0.0)
             # Softmax backward row by row; padded rows and columns have p = 0 and get nothing.
             dlogits = (dp - (dp * p).sum(-1, keepdim=True)).mul_(p)
-            grad_s[sl] = _vecmat(coef[sl].to(dlogits.dtype), dlogits) / tau
-            grad_b[sl] = -dlogits.sum(-2) / tau
+            # Divided by tau in the logits' wide dtype: in half precision a small tau overflowed the
+            # quotient to inf, and inf - inf further down made NaN of every item's gradient.
+            grad_s[sl] = _vecmat(coef[sl].to(dlogits.dtype), dlogits).to(s.dtype) / tau
+            grad_b[sl] = -dlogits.sum(-2).to(s.dtype) / tau
         return grad_s, grad_b, *([None] * 11)
 
 

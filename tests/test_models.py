@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.models import (
@@ -217,6 +218,38 @@ def test_length_groups_leave_per_item_models_alone():
     torch.testing.assert_close(score_in_length_groups(model, x, mask, groups=4), model(x, mask))
     with pytest.raises(ConfigError, match="groups"):
         score_in_length_groups(model, x, mask, groups=0)
+
+
+@pytest.mark.parametrize("wrap", ["compile", "data_parallel"])
+def test_length_groups_leave_wrapped_per_item_models_alone(wrap):
+    # An audit (2026-11-25): a torch.compile (or DDP) wrapper hid the per-item model, so each length
+    # group got its own batch-norm statistics and the scores changed by 0.44.
+    torch.manual_seed(3)
+    inner = MLPScorer(4, hidden=(8,), norm="batch").train()
+    model = torch.compile(inner, backend="eager") if wrap == "compile" else nn.DataParallel(inner)
+    x = torch.randn(4, 9, 4)
+    mask = torch.zeros(4, 9, dtype=torch.bool)
+    mask[:2, :2] = True  # two short lists
+    mask[2:] = True  # two long ones, their features shifted
+    x[2:] += 5.0
+    torch.testing.assert_close(score_in_length_groups(model, x, mask, groups=2), inner(x, mask))
+
+
+def test_length_groups_under_autocast_give_the_models_dtype():
+    # An audit (2026-11-25): the buffer took the features' float32 and index_put refused the model's
+    # bfloat16 scores under autocast; an empty list gave float32 zeros.
+    torch.manual_seed(4)
+    model = ContextAwareRanker(4, input_dim=8, hidden=16).eval()
+    x = torch.randn(5, 9, 4)
+    mask = torch.rand(5, 9) > 0.4
+    mask[1] = True
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        whole = model(x, mask)
+        grouped = score_in_length_groups(model, x, mask, groups=3)
+        empty = model(x[:, :0], mask[:, :0])
+    assert whole.dtype == grouped.dtype == empty.dtype == torch.bfloat16
+    assert empty.shape == (5, 0)
+    torch.testing.assert_close(grouped, whole)
 
 
 @pytest.mark.parametrize("kind", ["linear", "mlp", "context_aware"])

@@ -452,3 +452,24 @@ def test_sinkhorn_refuses_what_is_not_a_tensor_by_name(bad):
     for fn in (sorting.sinkhorn, sorting.sinkhorn_scaling, sorting.sinkhorn_with_info):
         with pytest.raises(SmoothrankError, match=r"matrix: expected a torch\.Tensor"):
             fn(bad)
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_bilinear_gradient_of_half_precision_scores_at_a_tiny_temperature_is_not_nan(half):
+    # An audit (2026-11-25): the backward divided by tau in float16, overflowed to inf, and inf - inf
+    # then gave NaN to every item, including those whose gradient is 0. The true gradient (3e6 on
+    # two items) overflows float16: +-inf there, as neural_sort's own gradient gives, and 0 elsewhere.
+    mask = torch.tensor([[True, True, True, True, False]])
+    wide = torch.tensor([[1.0, 1.0, 1.0, 0.0, 2.0]])
+    left, right = torch.ones(1, 5), torch.arange(5.0).unsqueeze(0)
+    grads = {}
+    for dtype in (half, torch.float32):
+        scores = wide.to(dtype).requires_grad_(True)
+        value, _ = sorting.neural_sort_bilinear(scores, left.to(dtype), right.to(dtype), mask=mask,
+                                                temperature=1e-6, sinkhorn=False)
+        (grads[dtype],) = torch.autograd.grad(value.sum(), scores)
+    reference, got = grads[torch.float32], grads[half].float()
+    assert not torch.isnan(got).any() and (reference != 0).sum() == 2
+    big = reference.abs() > torch.finfo(half).max
+    assert torch.equal(got[big], reference[big].sign() * math.inf)
+    torch.testing.assert_close(got[~big], reference[~big], rtol=1e-2, atol=0.0)

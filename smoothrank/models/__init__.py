@@ -204,7 +204,9 @@ class ContextAwareRanker(nn.Module):
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = _check_inputs(features, mask, self.n_features)
         if features.shape[1] == 0:  # an empty list: nothing to score (the attention cannot reshape it)
-            return features.new_zeros(features.shape[:2])
+            # through the per-item layers all the same: the output dtype (bfloat16 under autocast)
+            # and the graph are those of a non-empty list
+            return self.output(self.input(features)).squeeze(-1)
         # Padding may hold anything (NaN, inf): a zero attention weight times NaN is still NaN.
         features = features.masked_fill(~mask.unsqueeze(-1), 0.0)
         # A row with no real item would make every attention weight NaN (softmax over -inf);
@@ -229,18 +231,35 @@ def score_in_length_groups(model: nn.Module, features: Tensor, mask: Tensor, *, 
     """
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ConfigError(f"groups: expected a positive integer, got {groups!r}")
-    if groups == 1 or isinstance(model, _PerItemScorer) or features.shape[0] < 2:
+    if groups == 1 or isinstance(_unwrapped(model), _PerItemScorer) or features.shape[0] < 2:
         return model(features, mask)
     width = mask.shape[1]
     positions = torch.arange(1, width + 1, device=mask.device)
     extent = (mask * positions).amax(dim=1)  # last real position + 1 (0 for an empty row)
     order = torch.argsort(extent, stable=True)
-    scores = features.new_zeros(mask.shape)
-    for chunk in torch.tensor_split(order, min(groups, order.shape[0])):
+    chunks = torch.tensor_split(order, min(groups, order.shape[0]))
+    parts = []
+    for chunk in chunks:
         crop = max(int(extent[chunk].max()), 1)
-        scores = scores.index_put((chunk,), torch.nn.functional.pad(
-            model(features[chunk, :crop], mask[chunk, :crop]), (0, width - crop)))
+        scored = model(features[chunk, :crop], mask[chunk, :crop])
+        parts.append(torch.nn.functional.pad(scored, (0, width - crop)))
+    # Zeros of the model's output dtype (bfloat16 under autocast), not of the features'.
+    scores = parts[0].new_zeros(mask.shape)
+    for chunk, part in zip(chunks, parts, strict=True):
+        scores = scores.index_put((chunk,), part)
     return scores
+
+
+def _unwrapped(model: nn.Module) -> nn.Module:
+    """The module inside ``torch.compile``'s and DDP's (or DataParallel's) wrappers, for type tests;
+    calls still go through the wrapper (DDP's hooks)."""
+    while True:
+        if isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        else:
+            return model
 
 
 def reinitialize(model: nn.Module) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from smoothrank import __version__
@@ -89,6 +90,13 @@ def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: i
     })
 
 
+def _state_dtype(state: Any) -> torch.dtype:
+    """The float type of a state dict's floating tensors where they share one, else float32."""
+    kinds = {v.dtype for v in state.values() if isinstance(v, torch.Tensor) and v.is_floating_point()} \
+        if isinstance(state, dict) else set()
+    return kinds.pop() if len(kinds) == 1 else torch.float32
+
+
 def load_model(path: str | Path) -> RankingModel:
     """Read an artifact written by :func:`save_model` (or ``smoothrank train``)."""
     path = Path(path)
@@ -105,6 +113,9 @@ def load_model(path: str | Path) -> RankingModel:
                               f"this is {__version__}")
     try:
         model = build_model(blob["model_config"], blob["n_features"])
+        # The saved weights' float type (a float64 model reloads as float64: load_state_dict
+        # would round its weights into the float32 model that build_model makes).
+        model.to(_state_dtype(blob["state_dict"]))
         model.load_state_dict(blob["state_dict"])
     except KeyError as err:
         raise DataFormatError(f"{path}: damaged smoothrank model file (no {err})") from None
