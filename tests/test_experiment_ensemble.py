@@ -372,6 +372,7 @@ def test_end_to_end_blend(letor_files, tmp_path, capsys):
     summary = (out / "summary.md").read_text()
     assert "| blend |" in summary
     assert "`blend`: a blend of `neural_ndcg-linear`, `lightgbm-lambdarank`" in summary
+    assert "the mean of the members' per-query standardised scores" in summary
     # Resumable like a seed ensemble; a dry run lists it.
     assert run_experiment(spec_from_dict(data), out).ensembles_reused == ["syn--files--blend"]
     assert cli_main(["experiment", str(spec_path), "--out", str(out), "--dry-run"]) == 0
@@ -401,3 +402,24 @@ def test_loss_restricted_to_some_models(letor_files):
             spec_from_dict(_spec(letor_files, models=models, losses=["neural_ndcg", {"name": "list_mle",
                                                                                     "models": bad}]))
         assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(("normalize", "words"), [("zscore", "standardised"), ("rank", "rank-scaled"),
+                                                  ("none", "raw")])
+@pytest.mark.parametrize("learned", [False, True])
+def test_a_blends_legend_names_its_normalisation(normalize, words, learned):
+    # An audit (2026-11-25): the legend said "standardised scores" for blends of rank-scaled or raw ones.
+    from smoothrank.experiments.report import format_markdown
+
+    row = {"dataset": "d", "method": "b", "kind": "ensemble", "split": "test", "metric": "ndcg@1",
+           "mean": 0.5, "std": 0.1, "n_folds": 2, "n_runs": 2, "baseline": "", "p_value": math.nan,
+           "p_adjusted": math.nan, "t_statistic": math.nan, "n_queries": 0, "significant": 0,
+           "blend_of": ["x", "y"], "blend_normalize": normalize}
+    if learned:
+        row.update(blend_learner={"loss": "list_net", "l2": 1e-3, "cv": 5},
+                   blend_weights={"x": 0.5, "y": 0.5})
+    text = format_markdown([row], metrics=["ndcg@1"], title="t", convention="letor4", baseline=None,
+                           alpha=0.05)
+    legend = next(line for line in text.splitlines() if line.startswith("`b`:"))
+    assert f"per-query {words}" in legend
+    assert all(other not in legend for other in ("standardised", "rank-scaled", "raw") if other != words)

@@ -974,6 +974,33 @@ def test_a_moved_experiment_resumes_and_changed_data_is_stale(letor_files, tmp_p
         run_experiment(spec_from_dict(_spec_dict(data_b, losses=[], models=[])), out_b)
 
 
+def test_a_query_side_file_enters_the_fingerprint(tmp_path):
+    # An audit (2026-11-25): the fingerprint hashed the data files only, while the reader takes the
+    # query sizes of a file without qid: tokens from its .query side file; two queries merged there
+    # left the fingerprint as it was, and --reuse and resume took the stale run.
+    import re
+
+    rows = {"train.txt": 12, "vali.txt": 6, "test.txt": 6}
+    for name, n in rows.items():
+        (tmp_path / name).write_text("".join(f"{i % 2} 1:{i} 2:{i % 3}\n" for i in range(n)))
+        (tmp_path / f"{name}.query").write_text("3\n" * (n // 3))
+
+    def fingerprints() -> list[str]:
+        return [c.fingerprint() for c in expand(spec_from_dict(_spec_dict(tmp_path, losses=[], models=[])))]
+
+    before = fingerprints()
+    (tmp_path / "test.txt.query").write_text("6\n")  # the two test queries merged
+    assert fingerprints() != before
+    # A side file the reader does not read (the data file has qid: tokens) is not part of it.
+    for name in rows:
+        lines = (tmp_path / name).read_text().splitlines()
+        (tmp_path / name).write_text("".join(re.sub(r"^(\d) ", rf"\1 qid:{i // 3} ", line) + "\n"
+                                             for i, line in enumerate(lines)))
+    with_qid = fingerprints()
+    (tmp_path / "test.txt.query").write_text("1\n" * 6)
+    assert fingerprints() == with_qid
+
+
 def test_parallel_workers_match_serial(letor_files, tmp_path):
     data = _spec_dict(letor_files, losses=[], models=[], baseline=None)
     data["gbdt"].append({"library": "xgboost", "objective": "rank:ndcg", "num_boost_round": 10})

@@ -401,6 +401,16 @@ def _collect_ids(chunk: bytes | memoryview, spans_q: np.ndarray, same: np.ndarra
 
 
 # --------------------------------------------------------------------------------- side files
+def auto_query_file(path: str | os.PathLike[str]) -> Path | None:
+    """The side file (``<file>.query``) that ``load_letor(path)`` reads the query sizes from, or None
+    (the file has ``qid:`` tokens, there is no side file, or the file cannot be read: the reader
+    reports that itself). Part of a file's identity wherever its content is fingerprinted."""
+    try:
+        return _find_query_file(Path(path), "auto")
+    except (OSError, SmoothrankError):
+        return None
+
+
 def _find_query_file(path: Path, query_file: str | os.PathLike[str] | None) -> Path | None:
     if query_file is None:
         return None

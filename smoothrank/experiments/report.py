@@ -107,6 +107,7 @@ def summarize(results: Sequence[dict[str, Any]], *, metrics: Sequence[str], base
                 ens = runs[0].get("ensemble") or {}
                 if isinstance(ens.get("of"), list):  # a blend: the member methods
                     row["blend_of"] = ens["of"]
+                    row["blend_normalize"] = ens.get("normalize", "zscore")
                 if ens.get("learner"):  # a learned blend: its learner, its weights' mean over folds
                     row["blend_learner"] = ens["learner"]
                     row["blend_weights"] = _mean_weights(runs)
@@ -228,6 +229,8 @@ def _cell(row: dict[str, Any] | None) -> str:
 
 
 TARGET_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "map")
+# How a blend's legend names its members' scores, by ``normalize`` (ensemble.normalize_scores).
+_NORMALIZED_SCORES = {"zscore": "standardised", "rank": "rank-scaled (position in [0, 1])", "none": "raw"}
 
 
 def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published: dict[str, dict[str, float]],
@@ -368,16 +371,17 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
     for label, row in blends.items():
         members = ", ".join(f"`{m}`" for m in row["blend_of"])
         learner = row.get("blend_learner")
+        scaled = _NORMALIZED_SCORES.get(row.get("blend_normalize", "zscore"), "normalised")
         if learner:
             weights = ", ".join(f"`{m}` {w:.3f}" for m, w in row["blend_weights"].items())
             lines.append(f"`{label}`: a learned blend of {members}: per fold, the members' per-query "
-                         f"standardised seed ensembles weighted by non-negative weights fit on the "
+                         f"{scaled} seed ensembles weighted by non-negative weights fit on the "
                          f"validation split ({learner['loss']}, l2 {learner['l2']:g}; its validation "
                          f"scores cross-fitted over {learner['cv']} parts). Mean weights over the folds: "
                          f"{weights}.{_convergence_note(row.get('blend_fits', []))}")
         else:
             lines.append(f"`{label}`: a blend of {members}: per fold, the mean of the members' per-query "
-                         "standardised scores, each method weighing the same (its seed runs share its "
+                         f"{scaled} scores, each method weighing the same (its seed runs share its "
                          "weight), evaluated as one run.")
     lines.append("")
     index = {(r["dataset"], r["method"], r["split"], r["metric"]): r for r in rows}

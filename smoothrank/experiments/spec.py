@@ -383,7 +383,17 @@ class Cell(_Strict):
 
 
 def _file_digest(path: str) -> str:
-    """``sha256:<hex>`` of a file's bytes (cached per path, size and modification time)."""
+    """``sha256:<hex>`` of a data file's bytes (cached per path, size and modification time), followed
+    by ``;query:sha256:<hex>`` of the ``.query`` side file that the reader takes its query sizes from,
+    where it reads one (two queries merged there change the results as much as the data)."""
+    from smoothrank.data.letor import auto_query_file
+
+    digest = _content_digest(path)
+    side = auto_query_file(path) if not digest.startswith("missing:") else None
+    return digest if side is None else f"{digest};query:{_content_digest(str(side))}"
+
+
+def _content_digest(path: str) -> str:
     try:
         stat = Path(path).stat()
     except OSError:
