@@ -55,6 +55,24 @@ def test_json_numbers_by_hand(files, capsys):
     assert doc["metrics"]["map"] == pytest.approx(q10["map"] / 2)
 
 
+def test_an_infinite_metric_is_null_in_strict_json(tmp_path, capsys):
+    # An audit (2026-11-25): a DCG of labels 1023 under lightgbm's 2^y - 1 gain overflowed to inf and
+    # was written as Infinity, which is not JSON.
+    data, preds = tmp_path / "big.txt", tmp_path / "big.pred"
+    data.write_text("1023 qid:1 1:0.1\n1023 qid:1 1:0.2\n1023 qid:1 1:0.3\n0 qid:2 1:0.1\n1 qid:2 1:0.2\n")
+    preds.write_text("3\n2\n1\n0.5\n0.2\n")
+    status, out, _ = run_cli(capsys, "--data", data, "--predictions", preds, "--metrics", "dcg@3,ndcg@3",
+                             "--convention", "lightgbm", "--format", "json", "--per-query")
+    assert status == 0
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the JSON output")
+
+    doc = json.loads(out, parse_constant=refuse)
+    assert doc["metrics"]["dcg@3"] is None and doc["per_query"][0]["dcg@3"] is None
+    assert doc["per_query"][1]["dcg@3"] == pytest.approx(1 / math.log2(3))  # a finite query keeps its value
+
+
 def test_table_prints_the_convention(files, capsys):
     data, preds = files
     status, out, _ = run_cli(capsys, "--data", data, "--predictions", preds, "--convention", "lightgbm")

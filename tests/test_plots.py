@@ -235,6 +235,48 @@ def test_cli_plot_forest_with_published_rows(tmp_path, capsys):
     assert len(MQ2008_BASELINES) == 5
 
 
+def test_repeated_names_are_drawn_once_and_a_mistyped_dataset_is_named(tmp_path, capsys):
+    # An audit (2026-11-25): --metrics map,map drew two identical panels; --published with a
+    # mistyped --dataset said the published rows do not apply instead of naming the dataset.
+    csv_path = _summary_csv(tmp_path)
+    for figure in (plots.summary_forest, plots.summary_bars):
+        data = figure(csv_path, tmp_path / "x.png", metrics=["map", "map"], methods=["b", "a", "b"])
+        assert data["metrics"] == ["map"] and data["methods"] == ["b", "a"]
+    out = tmp_path / "f.png"
+    assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--metrics", "map,map"]) == 0
+    capsys.readouterr()
+    assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published",
+                     "--dataset", "foo"]) == 2
+    assert "--dataset: 'foo' is not in" in capsys.readouterr().err
+
+
+def test_curves_legend_lists_the_selected_epoch(tmp_path, monkeypatch):
+    # An audit (2026-11-25): the legend was made before the selected-epoch line was drawn.
+    from smoothrank.plots import figures
+
+    legends: list[list[str]] = []
+    original = figures._save
+
+    def save(fig, path):
+        legends.extend([text.get_text() for text in ax.get_legend().get_texts()]
+                       for ax in fig.axes if ax.get_legend() is not None)
+        return original(fig, path)
+
+    monkeypatch.setattr(figures, "_save", save)
+    run = tmp_path / "run"
+    _write_log(run)
+    plots.training_curves(run, tmp_path / "curves.png")
+    assert legends == [["valid_ndcg@10", "valid_map", "selected epoch"]]
+
+
+def test_figure2_keeps_a_curve_per_temperature(tmp_path):
+    # An audit (2026-11-25): 0.1 and 0.1000001 both formatted to "tau=0.1", so one curve was lost.
+    data = plots.neuralndcg_figure2(tmp_path / "f2.png", temperatures=[0.1, 0.1000001, 0.1],
+                                    xs=np.linspace(0.0, 6.0, 7))
+    curves = [key for key in data if key.startswith("tau=")]
+    assert len(curves) == 2 and not np.array_equal(data[curves[0]], data[curves[1]])
+
+
 def test_summary_bars(tmp_path):
     csv_path = _summary_csv(tmp_path)
     data = plots.summary_bars(csv_path, tmp_path / "bars.png")

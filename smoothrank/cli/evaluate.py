@@ -54,7 +54,9 @@ def _metric_names(text: str) -> list[str]:
 
 
 def _json_number(value: float) -> float | None:
-    return None if math.isnan(value) else value
+    # null for NaN and for an infinite value (a DCG of huge labels under lightgbm's exponential
+    # gain): strict JSON has neither, as compare's output has neither
+    return value if math.isfinite(value) else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         if args.per_query:
             doc["per_query"] = [{"qid": qid, **{n: _json_number(float(per_query[n][i])) for n in names}}
                                 for i, qid in enumerate(qids)]
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(doc, indent=2, allow_nan=False))
         return 0
     print(f"# {conv.describe()}")
     print(f"# {dataset.n_queries} queries, {dataset.n_docs} documents: {args.data}")

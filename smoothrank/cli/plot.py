@@ -115,7 +115,7 @@ def _names(text: str | None, option: str) -> list[str] | None:
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
         raise CLIError(f"{option}: expected comma-separated names, got {text!r}")
-    return names
+    return list(dict.fromkeys(names))  # drop repeats, keep order (as evaluate --metrics)
 
 
 def _published(args: Any) -> dict[str, dict[str, float]]:
@@ -128,9 +128,12 @@ def _published(args: Any) -> dict[str, dict[str, float]]:
     if args.split != "test":
         raise CLIError(f"--published: the published rows are test-set values; got --split {args.split}")
     convention = summary_convention(args.source) or "letor4"
+    datasets = list(dict.fromkeys(row.get("dataset") for row in read_summary_rows(args.source)))
     dataset = args.dataset
     if dataset is None:
-        dataset = next((row.get("dataset") for row in read_summary_rows(args.source)), None) or ""
+        dataset = datasets[0] if datasets else ""
+    elif dataset not in datasets:  # named as the figure names it, not as a dataset without published rows
+        raise CLIError(f"--dataset: {dataset!r} is not in {args.source}; it has {datasets}")
     rows = published_baselines([dataset], convention)
     if not rows:
         raise CLIError(f"--published: the published LETOR 4.0 rows are for MQ2008 under the letor4 "

@@ -126,16 +126,20 @@ def neuralndcg_figure2(path: str | os.PathLike[str], *,
     """
     if not temperatures:
         raise SmoothrankError("temperatures: give at least one temperature")
+    temperatures = list(dict.fromkeys(float(t) for t in temperatures))  # a repeat drawn once
+    names = [f"{t:g}" for t in temperatures]
+    if len(set(names)) < len(names):  # 0.1 and 0.1000001 would share a key and a legend entry
+        names = [repr(t) for t in temperatures]
     labels, scores = [1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 0.0]
     x = np.linspace(-1.0, 7.0, 401) if xs is None else np.asarray(xs, dtype=np.float64)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     out: dict[str, np.ndarray] = {"x": x}
-    for t in temperatures:
-        curves = neuralndcg_curves(labels, scores, x, temperature=float(t), sinkhorn=True)
+    for t, name in zip(temperatures, names, strict=True):
+        curves = neuralndcg_curves(labels, scores, x, temperature=t, sinkhorn=True)
         out["ndcg"] = curves["ndcg"]
-        out[f"tau={t:g}"] = curves["neural_ndcg"]
-        ax.plot(x, curves["neural_ndcg"], label=f"NeuralNDCG τ={t:g}")
+        out[f"tau={name}"] = curves["neural_ndcg"]
+        ax.plot(x, curves["neural_ndcg"], label=f"NeuralNDCG τ={name}")
     ax.plot(x, out["ndcg"], color="black", lw=2, label="NDCG")
     ax.set_xlabel("score x of the fifth document")
     ax.set_ylabel("value")
@@ -349,11 +353,11 @@ def training_curves(run_dir: str | os.PathLike[str], path: str | os.PathLike[str
     ax_metric.set_xlabel("epoch")
     ax_metric.set_ylabel("metric")
     ax_metric.grid(alpha=0.3)
-    if metric_keys:
-        ax_metric.legend(fontsize=8)
     if best:
         for ax in (ax_loss, ax_metric):
             ax.axvline(best, color="grey", ls=":", label="selected epoch")
+    if metric_keys or best:  # after the epoch line, so that the legend lists it
+        ax_metric.legend(fontsize=8)
     fig.suptitle(_literal(f"training curves: {log.parent}"))
     fig.tight_layout()
     _save(fig, path)
@@ -383,8 +387,8 @@ def _summary_table(summary_csv: str | os.PathLike[str], *, dataset: str | None, 
         unknown = [w for w in wanted or [] if w not in have]
         if unknown:
             raise SmoothrankError(f"{option}: {unknown} not in {csv_path} ({chosen}, {split}); it has {have}")
-    names = list(metrics) if metrics else names
-    chosen_methods = list(methods) if methods else available
+    names = list(dict.fromkeys(metrics)) if metrics else names  # a repeat drawn once
+    chosen_methods = list(dict.fromkeys(methods)) if methods else available
     index = {(r["method"], r["metric"]): r for r in rows}
 
     def value(method: str, metric: str, key: str) -> float:
