@@ -95,6 +95,25 @@ def test_a_float64_model_reloads_in_float64(kind, tmp_path):
         assert torch.equal(loaded(x, mask), model(x, mask))
 
 
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_a_half_precision_model_reloads_in_float32(half, tmp_path):
+    # A review (2026-11-25) of the float64 fix: a half-precision file then reloaded in half precision,
+    # and scoring rounded the features to it (-inf scores on MSLR's features up to 1.6e8).
+    from smoothrank.models import build_model
+    from smoothrank.training.artifact import save_model
+
+    config = config_from_dict({"model": {"kind": "linear"}, "data": {"train": "unused.txt"}})
+    model = build_model(config.model, 3).to(half).eval()
+    save_model(tmp_path / "model.pt", model, config=config, n_features=3)
+    loaded = load_model(tmp_path / "model.pt")
+    assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
+    features = np.array([[1.6e8, 0.0, 1.0], [1.0, 2.0, 3.0]], dtype=np.float32)
+    from smoothrank.data import Dataset
+
+    scores = predict_scores(loaded, Dataset.from_arrays(features, np.zeros(2), ["q", "q"]))
+    assert np.isfinite(scores).all()
+
+
 def test_selection_on_validation_and_artifact(small_letor, tmp_path):
     config = make_config(small_letor, tmp_path / "run", transforms=["standardize"],
                          training={"epochs": 5})

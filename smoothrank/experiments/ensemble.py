@@ -2,7 +2,8 @@
 
 With ``ensemble: true`` in a spec, every method (neural or GBDT) trained with N >= 2 seeds gets
 one more "method", ``<method>+ens<N>``: on each fold, the N runs' scores of every document are
-standardised per query (:func:`normalize_scores`), averaged over the runs
+normalised per query (:func:`normalize_scores`; standardised by default, ``ensemble_normalize``),
+averaged over the runs
 (:func:`combine_scores`), and the averaged scores are evaluated like any run's (training,
 validation and test splits under the spec's convention; per-query test values for the t-test).
 No training is involved, so an ensemble is rebuilt whenever one of its members changes.

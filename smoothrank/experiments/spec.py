@@ -270,7 +270,8 @@ class LearnerSpec(_Strict):
 
 
 class BlendSpec(_Strict):
-    """A cross-method ensemble: per fold, the members' standardised scores combined, each member
+    """A cross-method ensemble: per fold, the members' per-query normalised scores (``normalize``, by
+    default the spec's ``ensemble_normalize``) combined, each member
     method weighing the same whatever its number of seed runs (smoothrank.experiments.ensemble),
     or, with ``weights: learned``, with non-negative weights fit on the fold's validation split
     (smoothrank.experiments.stacking)."""

@@ -231,7 +231,8 @@ def score_in_length_groups(model: nn.Module, features: Tensor, mask: Tensor, *, 
     """
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ConfigError(f"groups: expected a positive integer, got {groups!r}")
-    if groups == 1 or isinstance(_unwrapped(model), _PerItemScorer) or features.shape[0] < 2:
+    if (groups == 1 or isinstance(_unwrapped(model), _PerItemScorer) or features.shape[0] < 2
+            or mask.shape[1] == 0):
         return model(features, mask)
     width = mask.shape[1]
     positions = torch.arange(1, width + 1, device=mask.device)

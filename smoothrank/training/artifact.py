@@ -91,10 +91,12 @@ def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: i
 
 
 def _state_dtype(state: Any) -> torch.dtype:
-    """The float type of a state dict's floating tensors where they share one, else float32."""
+    """float64 for a state dict whose floating tensors are all float64, else float32: a half-precision
+    file reloads in float32 as before (its weights convert exactly, and scores and features are not
+    rounded to half precision)."""
     kinds = {v.dtype for v in state.values() if isinstance(v, torch.Tensor) and v.is_floating_point()} \
         if isinstance(state, dict) else set()
-    return kinds.pop() if len(kinds) == 1 else torch.float32
+    return torch.promote_types(kinds.pop(), torch.float32) if len(kinds) == 1 else torch.float32
 
 
 def load_model(path: str | Path) -> RankingModel:
