@@ -35,3 +35,16 @@ def size_text(text: str) -> str:
     """A valid ``BATCHxN`` kept as text (scripts that print the sizes as given)."""
     size(text)
     return text.lower()
+
+
+def set_threads(n: int) -> None:
+    """Run PyTorch and Numba on ``n`` threads: SoftNDCG's CPU kernels (``parallel=True``) use Numba's
+    thread count, which otherwise defaults to every core whatever PyTorch was told."""
+    import torch
+
+    torch.set_num_threads(n)
+    try:
+        import numba
+    except ImportError:  # a runtime without Numba: SoftNDCG falls back to PyTorch
+        return
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # the pool's size caps it

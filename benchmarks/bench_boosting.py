@@ -1,7 +1,7 @@
 """Cost of boosting a smoothrank loss (smoothrank.boosting) against LightGBM's built-in lambdarank.
 
 On MQ2008 Fold1's training split (471 queries, 9,630 documents, lists of 5-121), per boosting
-round, in one process with ``--threads`` threads for both PyTorch and LightGBM:
+round, in one process with ``--threads`` threads for PyTorch, Numba (soft_ndcg's kernels) and LightGBM:
 
 * ``gradients``: ``boosting_gradients`` at random scores, the mean of ``--calls`` calls (the
   objective alone);
@@ -24,6 +24,8 @@ import json
 import os
 import statistics
 import time
+
+from _args import positive_int, set_threads
 
 CASES = {  # label -> (loss or None for LightGBM's lambdarank, hessian, options)
     "lightgbm lambdarank (built in)": (None, None, {}),
@@ -49,20 +51,22 @@ _TWICE_DIFFERENTIABLE = {"lambda_rank": {}, "list_net": {}, "list_mle": {}, "app
 CASES.update({f"{loss}-diag": (loss, "diagonal", o) for loss, o in _TWICE_DIFFERENTIABLE.items()})
 # the diagonal with one list position per backward pass (smoothrank before 2026-11-24)
 CASES.update({f"{loss}-diag-1pos": (loss, "diagonal", o) for loss, o in _TWICE_DIFFERENTIABLE.items()})
-# the pairwise losses' diagonal by autograd, positions batched (before their closed form, 2026-11-25)
-CASES.update({f"{loss}-diag-autograd": (loss, "diagonal", {}) for loss in ("rank_net", "lambda_rank")})
+# the closed-form losses' diagonal by autograd, positions batched (before their closed forms, 2026-11-25)
+_CLOSED_FORM = ("rank_net", "lambda_rank", "list_net")
+CASES.update({f"{loss}-diag-autograd": (loss, "diagonal", {}) for loss in _CLOSED_FORM})
 BUILTIN = "lightgbm lambdarank (built in)"
 TREES = {"learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20, "verbosity": -1,
          "deterministic": True, "seed": 0}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case labels")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--rounds-per-fit", type=int, default=20)
-    parser.add_argument("--calls", type=int, default=5, help="gradient calls averaged per repetition")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--reps", type=positive_int, default=3)
+    parser.add_argument("--rounds-per-fit", type=positive_int, default=20)
+    parser.add_argument("--calls", type=positive_int, default=5,
+                        help="gradient calls averaged per repetition")
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--out", help="also write the medians as JSON here")
     args = parser.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -75,13 +79,12 @@ def main() -> None:
 
     import lightgbm as lgb
     import numpy as np
-    import torch
 
     from smoothrank import boosting
     from smoothrank.boosting import boosting_gradients, lightgbm_objective
     from smoothrank.datasets import load_mq2008
 
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)  # Numba's too: soft_ndcg's kernels
     train = load_mq2008(fold=1, split="train")
     features, labels = np.asarray(train.features), np.asarray(train.labels, dtype=np.float64)
     sizes = np.asarray(train.list_sizes)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _args import positive_int
+from _args import positive_int, set_threads
 
 LOSSES = ("lambda_rank", "list_net", "list_mle", "approx_ndcg", "rank_net", "rmse")
 PAIRWISE = ("rank_net", "lambda_rank")
@@ -42,7 +42,7 @@ def _lengths(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--reps", type=positive_int, default=3)
     parser.add_argument("--budgets", default="16,17,18,19,20", help="comma-separated powers of two")
     parser.add_argument("--threads", type=positive_int, default=1)
@@ -55,7 +55,7 @@ def main() -> None:
 
     from smoothrank import boosting
 
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)  # as bench_boosting.py
     closed_form = boosting._closed_form_diagonal
     saved = boosting._DIAG_BLOCK, boosting._DIAG_PAIR_BUDGET
 

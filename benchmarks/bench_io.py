@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _args import positive_int
 
 try:
     from sklearn.datasets import load_svmlight_file
@@ -62,8 +63,8 @@ def _strict(data: bytes, sizes: np.ndarray | None):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--rounds", type=positive_int, default=5)
     parser.add_argument("--files", default="", help="only files whose path contains this")
     args = parser.parse_args()
     if not SHARED.is_dir():

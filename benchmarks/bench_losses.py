@@ -15,10 +15,11 @@ shared machine hits every implementation alike; the load average (``uptime``) is
 
 Reference points: a straightforward NeuralNDCG with autograd through 30 dense Sinkhorn iterations
 ("naive", from tests/reference_neuralndcg.py), whose value and gradient are compared with
-smoothrank's at equal iteration counts (30, tol=0), and optionally allRank 1.4.3 (``--peer``,
-default on), installed with ``pip --no-deps --target`` into /tmp on top of the torch already here;
-its unused imports (torchvision, gcsfs, ...) are stubbed. If it cannot be installed the peer rows
-are skipped with a note. Nothing in the test-suite depends on it.
+smoothrank's at equal iteration counts (30, tol=0), and allRank 1.4.3 (skipped with ``--no-peer``),
+installed with ``pip --no-deps --target`` into /tmp on top of the torch already here; its unused
+imports (torchvision, gcsfs, ...) are stubbed. If it cannot be installed the peer rows are skipped
+with a note. Both run only at n < 1000 unless ``--peer-large``. Nothing in the test-suite depends
+on it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _args import positive_int
+from _args import positive_int, set_threads
 from _args import sizes as sizes_arg
 
 REPO = Path(__file__).resolve().parent.parent
@@ -121,6 +122,8 @@ def worker(impl: str, name: str, batch: int, n: int, device: str, repeats: int, 
         # Import Numba before the baseline, as importing smoothrank did before 2026-11-24 (it is now
         # loaded on first use): the peak deltas stay comparable, the kernels' load still counted.
         from smoothrank.softrank.rank_binomial import HAVE_NUMBA  # noqa: F401
+
+        set_threads(2)  # soft_ndcg's kernels; the peers never load Numba, so their baseline is unchanged
     gen = torch.Generator().manual_seed(batch * 7919 + n)
     scores0 = torch.randn(batch, n, generator=gen).to(dev)
     labels = torch.randint(0, 5, (batch, n), generator=gen).float().to(dev)
@@ -197,7 +200,7 @@ def run_case(impl: str, name: str, b: int, n: int, device: str, repeats: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--repeats", type=positive_int, default=5,

@@ -24,6 +24,8 @@ import time
 from contextlib import contextmanager
 
 import torch
+from _args import positive_int
+from _args import sizes as sizes_arg
 
 from smoothrank import losses, metrics, sorting
 
@@ -100,15 +102,15 @@ def accuracy(device: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--sizes", default="64x30,64x240,16x1000")
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument("--sizes", type=sizes_arg, default="64x30,64x240,16x1000",
+                        help="comma-separated BATCHxN sizes")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    sizes = [tuple(int(v) for v in size.split("x")) for size in args.sizes.split(",")]
     print(f"# torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
-    cost(sizes, args.rounds, args.device)
+    cost(args.sizes, args.rounds, args.device)
     accuracy(args.device)
 
 

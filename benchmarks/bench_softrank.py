@@ -12,7 +12,10 @@ machine: small operations otherwise stall up to 40x with 2 threads under load.
     .venv/bin/python benchmarks/bench_softrank.py --sizes 64x240 --rounds 5 --out bench.json
 
 allRank 1.4.3 is installed into /tmp with ``pip --no-deps --target`` and its unused imports stubbed
-(``benchmarks/bench_losses.py``); it runs at n < 1000 unless ``--peer-large`` (7 GiB, ~35 s a run).
+(``benchmarks/bench_losses.py``); it runs at n < 1000 unless ``--peer-large`` (7 GiB, ~35 s a call).
+Every case makes one untimed call at the full size first (as ``bench_losses.py``), so that no
+timing, allRank's mean of ``--peer-reps`` included, holds a cold first call. A case skipped at a
+size shows "skipped" in the table.
 At 64 x 240 the script prints each target's same-round ratio and PASS/FAIL.
 """
 
@@ -29,6 +32,8 @@ from pathlib import Path
 
 from _args import positive_int, size_text
 from _args import size as size_of
+
+REPO = Path(__file__).resolve().parent.parent
 
 CASES = {
     "soft_ndcg exact": {"loss": "soft_ndcg", "options": {"method": "exact"}},
@@ -76,9 +81,8 @@ b, n = spec["batch"], spec["n"]
 scores = torch.randn(b, n, generator=gen)
 labels = torch.randint(0, 5, (b, n), generator=gen).float()
 mask = torch.ones(b, n, dtype=torch.bool)
-# warm-up on a small input: loads the compiled kernel (cached on disk) outside the timings
-warm = torch.randn(2, 8, requires_grad=True)
-loss_fn(warm, torch.ones(2, 8)).backward()
+# warm-up at the full size: the kernel's load and the first call's allocations stay out of the timings
+loss_fn(scores.clone().requires_grad_(), labels, mask=mask).backward()
 times = []
 for _ in range(spec["reps"]):
     x = scores.clone().requires_grad_()
@@ -93,8 +97,10 @@ print(json.dumps({"time_s": statistics.median(times), "delta_mib": (hwm_kib() - 
 def run_case(name: str, batch: int, n: int, *, threads: int, reps: int, timeout: float) -> dict | None:
     spec = dict(CASES[name], batch=batch, n=n, threads=threads, reps=reps,
                 bench_dir=str(Path(__file__).resolve().parent))
+    # the checkout first on the path: run from elsewhere, the children would import an installed smoothrank
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(threads),
-               NUMBA_NUM_THREADS=str(threads))
+               NUMBA_NUM_THREADS=str(threads),
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True,
                               text=True, env=env, timeout=timeout, check=False)
@@ -124,6 +130,18 @@ def report_targets(at_size: dict[str, list[dict]]) -> None:
         print(f"{line}: {'PASS' if ok else 'FAIL'}")
 
 
+def table_cell(runs: list[dict] | None) -> str:
+    """Median time and peak delta over the rounds; "skipped" if never run, "n/a" if every run failed."""
+    if runs is None:
+        return "skipped"
+    runs = [r for r in runs if r]
+    if not runs:
+        return "n/a"
+    t = statistics.median(r["time_s"] for r in runs)
+    m = statistics.median(r["delta_mib"] for r in runs)
+    return f"{t * 1000:.0f} ms, Δ{m:.0f} MiB"
+
+
 def parse_size(text: str) -> tuple[int, int]:
     return size_of(text)
 
@@ -136,14 +154,14 @@ def write_json_atomic(path: Path, data: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", type=size_text,
                         default=["64x240", "64x30", "64x100", "16x1000"])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--reps", type=positive_int, default=3, help="timed repetitions per subprocess")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
     parser.add_argument("--out", type=Path, help="write the raw results as JSON")
     parser.add_argument("--no-peer", action="store_true", help="skip allRank")
@@ -178,16 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print(f"\n| case | {' | '.join(args.sizes)} |\n|---|{'---|' * len(args.sizes)}")
     for name in args.cases:
-        cells = []
-        for size in args.sizes:
-            runs = [r for r in results[size].get(name, []) if r]
-            if not runs:
-                cells.append("n/a")
-                continue
-            t = statistics.median(r["time_s"] for r in runs)
-            m = statistics.median(r["delta_mib"] for r in runs)
-            cells.append(f"{t * 1000:.0f} ms, Δ{m:.0f} MiB")
+        # a size where every case was skipped has no entry at all
+        cells = [table_cell(results.get(size, {}).get(name)) for size in args.sizes]
         print(f"| {name} | {' | '.join(cells)} |")
+    if PEER_CASE in args.cases and not args.peer_large and any(parse_size(s)[1] >= 1000 for s in args.sizes):
+        print(f"\nskipped: {PEER_CASE} at n >= 1000 (about 7 GiB; --peer-large runs it)")
     report_targets(results.get(TARGET_SIZE, {}))
     if args.out:
         write_json_atomic(args.out, {"threads": args.threads, "results": results})

@@ -29,6 +29,7 @@ import subprocess
 import time
 
 import torch
+from _args import positive_int, set_threads
 
 from smoothrank import losses
 from smoothrank.data import training_batches
@@ -109,18 +110,18 @@ def mq2008_epochs(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--list-size", type=int, default=240)
-    parser.add_argument("--features", type=int, nargs="+", default=[46, 136])
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--reps", type=positive_int, default=3)
+    parser.add_argument("--batch", type=positive_int, default=64)
+    parser.add_argument("--list-size", type=positive_int, default=240)
+    parser.add_argument("--features", type=positive_int, nargs="+", default=[46, 136])
     parser.add_argument("--losses", default="neural_ndcg,lambda_rank,soft_ndcg")
     parser.add_argument("--skip-mq2008", action="store_true", help="only the synthetic-slate table")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)  # Numba's too: soft_ndcg's kernels
     torch.manual_seed(0)
 
     cases = []

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import torch
+from _args import positive_int
 from torch.profiler import ProfilerActivity, profile
 
 from smoothrank import losses
@@ -37,14 +38,14 @@ def _option_value(text: str) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--loss", default="neural_ndcg")
     parser.add_argument("--options", default="", help="k=v pairs, comma-separated (numbers or words)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--n", type=int, default=240)
-    parser.add_argument("--calls", type=int, default=5)
-    parser.add_argument("--rows", type=int, default=15)
+    parser.add_argument("--batch", type=positive_int, default=64)
+    parser.add_argument("--n", type=positive_int, default=240)
+    parser.add_argument("--calls", type=positive_int, default=5)
+    parser.add_argument("--rows", type=positive_int, default=15)
     args = parser.parse_args()
     options = {}
     for pair in filter(None, args.options.split(",")):

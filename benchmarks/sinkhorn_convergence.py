@@ -23,7 +23,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--sizes", type=_ints, default=[200, 2000], help="list lengths, comma-separated")
     parser.add_argument("--iterations", type=_ints, default=[30, 1000], help="max_iter values")
     parser.add_argument("--temperature", type=float, default=1.0)

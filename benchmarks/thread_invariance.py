@@ -15,6 +15,7 @@ import argparse
 from collections.abc import Callable
 
 import torch
+from _args import positive_int
 from torch import Tensor, nn
 
 from smoothrank.models import ContextAwareRanker, MLPScorer
@@ -64,8 +65,8 @@ def largest_difference(a: list[Tensor], b: list[Tensor]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="compared with 1 thread")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--threads", type=positive_int, default=2, help="compared with 1 thread")
     args = parser.parse_args()
     torch.manual_seed(0)
     cases: dict[str, Case] = {

@@ -7,6 +7,7 @@ says to run it, and must exit 0 and print its table with a row for what was aske
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -28,13 +29,15 @@ CASES = [
     ("bench_training.py", ["--rounds", "1", "--reps", "1", "--batch", "4", "--list-size", "8",
                            "--features", "8", "--losses", "list_mle", "--skip-mq2008"],
      ["| model | features | loss | step (ms) | queries / s |", "| context_aware (paper) | 8 | list_mle |"]),
-    ("bench_boosting.py", ["--reps", "1", "--rounds-per-fit", "2", "--calls", "1", "--cases", "list_mle"],
+    ("bench_boosting.py", ["--reps", "1", "--rounds-per-fit", "2", "--calls", "1", "--cases",
+                           "list_mle,list_net-diag-autograd"],
      ["| objective | hessian | gradients (ms) |", "| lightgbm lambdarank (built in) |",
-      "| list_mle | constant |"]),
+      "| list_mle | constant |", "| list_net-diag-autograd | diagonal |"]),
     ("bench_diag_hessian.py", ["--reps", "1", "--budgets", "1,2"], ["| list_mle |"]),
     ("bench_io.py", ["--rounds", "1", "--files", "rank.test"],
      ["| file | MB | sklearn ms |", "| LightGBM-lambdarank/rank.test.gz |"]),
-    ("bench_neuralsort_precision.py", ["--rounds", "1", "--sizes", "4x8"], ["float64 logits"]),
+    # "4X8": the sizes' upper-case form, as every other script reads them
+    ("bench_neuralsort_precision.py", ["--rounds", "1", "--sizes", "4X8"], ["| neural_ndcg | 4 x 8 |"]),
     ("sinkhorn_convergence.py", ["--sizes", "8", "--iterations", "1,30"],
      ["| n | max_iter | marginal error | loss |", "| 8 | 30 |"]),
     ("thread_invariance.py", ["--threads", "2"],
@@ -65,9 +68,61 @@ def test_every_benchmark_script_is_smoke_tested():
     ("bench_losses.py", ["--rounds", "0"], "--rounds: expected a positive integer"),
     ("bench_softrank.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
     ("profile_loss.py", ["--options", "k"], "--options: expected key=value pairs"),
+    # counts of 0 ended in ZeroDivisionError or StatisticsError tracebacks (an audit)
+    ("bench_io.py", ["--rounds", "0"], "--rounds: expected a positive integer"),
+    ("bench_neuralsort_precision.py", ["--rounds", "0", "--sizes", "4x8"], "--rounds: expected a positive"),
+    ("bench_neuralsort_precision.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
+    ("profile_loss.py", ["--calls", "0", "--batch", "4", "--n", "8"], "--calls: expected a positive integer"),
+    ("bench_training.py", ["--reps", "0", "--batch", "4", "--list-size", "8", "--features", "8",
+                           "--losses", "list_mle", "--skip-mq2008"], "--reps: expected a positive integer"),
+    ("bench_boosting.py", ["--calls", "0", "--cases", "list_mle"], "--calls: expected a positive integer"),
+    ("bench_softrank.py", ["--threads", "0", "--no-peer", "--sizes", "4x8", "--rounds", "1", "--cases",
+                           "soft_ndcg exact"], "--threads: expected a positive integer"),
+    # "--peer" is no flag: as a prefix it meant --peer-large (the small arguments keep the old run short)
+    ("bench_losses.py", ["--peer", "--no-peer", "--rounds", "1", "--repeats", "1", "--losses", "rmse",
+                         "--sizes", "2x4"], "unrecognized arguments: --peer"),
 ])
 def test_bad_flags_are_one_line_errors(script, args, fragment):
     # A review found raw ValueError tracebacks, and --rounds 0 printing "failed" rows with status 0.
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and fragment in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_set_threads_sets_numbas_threads_too():
+    # SoftNDCG's kernels run on Numba's threads, every core by default whatever PyTorch was told.
+    code = ("import numba, torch; from _args import set_threads; set_threads(1); "
+            "print(numba.get_num_threads(), torch.get_num_threads())")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO / "benchmarks", capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]
+
+
+@pytest.fixture
+def bench_softrank(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    return importlib.import_module("bench_softrank")
+
+
+def test_bench_softrank_prints_a_table_when_every_case_is_skipped(bench_softrank, monkeypatch, capsys):
+    # allRank at n >= 1000 without --peer-large was the only case: a KeyError after all rounds.
+    monkeypatch.setattr(importlib.import_module("bench_losses"), "install_peer", lambda: None)
+    monkeypatch.setattr(bench_softrank, "run_case", lambda *a, **k: pytest.fail("nothing should run"))
+    peer = bench_softrank.PEER_CASE
+    assert bench_softrank.main(["--cases", peer, "--sizes", "4x1000", "--rounds", "1"]) == 0
+    assert f"| {peer} | skipped |" in capsys.readouterr().out
+
+
+def test_bench_softrank_children_import_this_checkout(bench_softrank, monkeypatch):
+    # Run from another folder, the children measured whichever smoothrank was installed.
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen.update(kwargs["env"])
+        return subprocess.CompletedProcess(cmd, 0, stdout='{"time_s": 0.1, "delta_mib": 1.0}\n', stderr="")
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    bench_softrank.run_case("soft_ndcg exact", 4, 8, threads=1, reps=1, timeout=10)
+    assert seen["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]
