@@ -120,9 +120,13 @@ def _loss_name(loss: Callable[..., Any]) -> str:
 
 def _flat(values: Any, argument: str, n: int | None = None) -> np.ndarray:
     try:
-        out = np.asarray(values, dtype=np.float64).reshape(-1)
+        array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
         raise SmoothrankError(f"{argument}: expected numbers, got {type(values).__name__}") from None
+    if sum(d > 1 for d in array.shape) > 1:  # (n, 1) and (1, n) are one value a document; (n, k) is not
+        raise SmoothrankError(f"{argument}: expected one value per document (a 1-D array), got shape "
+                              f"{array.shape} (a booster with several outputs, e.g. num_class > 1?)")
+    out = array.reshape(-1)
     if n is not None and out.shape[0] != n:
         raise SmoothrankError(f"{argument}: {out.shape[0]} values for {n} documents")
     if not np.isfinite(out).all():

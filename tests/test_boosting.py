@@ -299,8 +299,12 @@ def test_ties_huge_scores_and_a_single_document_give_finite_values():
     ({"group_sizes": [3, 3]}, "group_sizes: the queries hold 6 documents, the scores 5"),
     ({"group_sizes": [2, -1, 4]}, "group_sizes: expected non-negative integer"),
     # finite gradients times weights near the float64 limit: the check comes after the weights
-    ({"weights": [1e308] * 5, "scores": [300.0, 200.0, 100.0, 0.0, 50.0], "loss": "list_mle"},
-     "list_mle: the gradient or Hessian is not finite at these scores and weights"),
+    # (labels without ties: ListMLE breaks ties at random, and this gradient of 2 overflows only under
+    # some tie-breaks; an audit of 2026-11-25 saw the case fail when run alone)
+    ({"weights": [1e308] * 5, "scores": [300.0, 200.0, 100.0, 0.0, 50.0], "labels": [1.0, 0.0, 0.0, 2.0, 1.0],
+      "loss": "list_mle"}, "list_mle: the gradient or Hessian is not finite at these scores and weights"),
+    # A 2-D prediction (a booster with several outputs) was flattened and the labels blamed.
+    ({"scores": np.zeros((5, 2))}, r"scores: expected one value per document .*got shape \(5, 2\)"),
     ({"scores": [0.0, np.nan, 0.0, 0.0, 0.0]}, "scores: value nan at document 1"),
     ({"labels": [0.0, 1.0]}, "labels: 2 values for 5 documents"),
     ({"weights": [1.0] * 4}, "weights: 4 values for 5 documents"),
