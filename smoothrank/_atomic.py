@@ -15,12 +15,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import json
+import math
 import os
 import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import numpy as np
 
 from smoothrank.errors import SmoothrankError
 
@@ -185,3 +189,21 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_writer`)."""
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def strict_json(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as strict JSON: NaN and infinite floats (an undefined metric, a DCG overflowed
+    under exponential gains) become null, numpy scalars plain numbers; never ``NaN``/``Infinity``."""
+    return json.dumps(_json_safe(value), indent=indent, allow_nan=False)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return _json_safe(value.item())
+    return value

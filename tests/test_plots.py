@@ -248,6 +248,13 @@ def test_repeated_names_are_drawn_once_and_a_mistyped_dataset_is_named(tmp_path,
     assert cli_main(["plot", "forest", str(csv_path), "--out", str(out), "--published",
                      "--dataset", "foo"]) == 2
     assert "--dataset: 'foo' is not in" in capsys.readouterr().err
+    # An empty summary keeps its own error (a review: "--dataset: 'mq2008' is not in ...; it has []").
+    header = tmp_path / "empty" / "summary.csv"
+    header.parent.mkdir()
+    header.write_text(csv_path.read_text().splitlines()[0] + "\n")
+    assert cli_main(["plot", "forest", str(header), "--out", str(out), "--published",
+                     "--dataset", "mq2008"]) == 2
+    assert "no rows" in capsys.readouterr().err
 
 
 def test_curves_legend_lists_the_selected_epoch(tmp_path, monkeypatch):
@@ -271,10 +278,12 @@ def test_curves_legend_lists_the_selected_epoch(tmp_path, monkeypatch):
 
 def test_figure2_keeps_a_curve_per_temperature(tmp_path):
     # An audit (2026-11-25): 0.1 and 0.1000001 both formatted to "tau=0.1", so one curve was lost.
-    data = plots.neuralndcg_figure2(tmp_path / "f2.png", temperatures=[0.1, 0.1000001, 0.1],
+    data = plots.neuralndcg_figure2(tmp_path / "f2.png", temperatures=[0.01, 0.1, 0.1000001, 0.1, 1, 2],
                                     xs=np.linspace(0.0, 6.0, 7))
-    curves = [key for key in data if key.startswith("tau=")]
-    assert len(curves) == 2 and not np.array_equal(data[curves[0]], data[curves[1]])
+    # only the two that read alike get more digits (a review: every key had become repr, "tau=1.0")
+    assert [key for key in data if key.startswith("tau=")] == ["tau=0.01", "tau=0.1", "tau=0.1000001",
+                                                               "tau=1", "tau=2"]
+    assert not np.array_equal(data["tau=0.1"], data["tau=0.1000001"])
 
 
 def test_summary_bars(tmp_path):

@@ -95,6 +95,34 @@ def test_a_float64_model_reloads_in_float64(kind, tmp_path):
         assert torch.equal(loaded(x, mask), model(x, mask))
 
 
+def test_summary_json_is_strict_with_an_infinite_metric(tmp_path):
+    # A review (2026-11-25): three labels of 1023 overflow the DCG under lightgbm's 2^y - 1 gains, and
+    # summary.json held "Infinity", which is not JSON.
+    from smoothrank.training.trainer import train
+
+    def letor(first_query: list[int]) -> str:
+        grades = [first_query, [2, 1, 0, 0], [1, 0, 2, 0], [0, 1, 1, 2]]
+        return "".join(f"{label} qid:{q} 1:{(7 * i + q) % 5} 2:{i % 3}\n"
+                       for q, labels in enumerate(grades) for i, label in enumerate(labels))
+
+    (tmp_path / "train.txt").write_text(letor([0, 1, 2, 0]))
+    (tmp_path / "valid.txt").write_text(letor([1023, 1023, 1023, 0]))
+    config = config_from_dict({"data": {"train": str(tmp_path / "train.txt"),
+                                        "valid": str(tmp_path / "valid.txt")},
+                               "model": {"kind": "linear"}, "loss": {"name": "list_net"},
+                               "training": {"epochs": 1, "num_threads": 1},
+                               "evaluation": {"metrics": ["dcg@3", "ndcg@3"], "select_by": "ndcg@3",
+                                              "convention": "lightgbm"},
+                               "output": {"run_dir": str(tmp_path / "run")}})
+    train(config, quiet=True)
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in summary.json")
+
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text(), parse_constant=refuse)
+    assert summary["valid"]["dcg@3"] is None and 0.0 <= summary["valid"]["ndcg@3"] <= 1.0
+
+
 @pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
 def test_a_half_precision_model_reloads_in_float32(half, tmp_path):
     # A review (2026-11-25) of the float64 fix: a half-precision file then reloaded in half precision,

@@ -132,7 +132,7 @@ def _published(args: Any) -> dict[str, dict[str, float]]:
     dataset = args.dataset
     if dataset is None:
         dataset = datasets[0] if datasets else ""
-    elif dataset not in datasets:  # named as the figure names it, not as a dataset without published rows
+    elif datasets and dataset not in datasets:  # as the figure names it (an empty file: its own error)
         raise CLIError(f"--dataset: {dataset!r} is not in {args.source}; it has {datasets}")
     rows = published_baselines([dataset], convention)
     if not rows:

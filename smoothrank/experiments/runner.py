@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from smoothrank._atomic import write_text_atomic
+from smoothrank._atomic import strict_json, write_text_atomic
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.experiments.spec import Cell, ExperimentSpec
 
@@ -66,20 +66,8 @@ SPLITS = ("train", "valid", "test")
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON atomically (temporary file in the same folder, then ``os.replace``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(_json_safe(data), indent=1, allow_nan=False) + "\n")
-
-
-def _json_safe(value: Any) -> Any:
     # Strict JSON has no NaN: a skipped query is written as null.
-    if isinstance(value, float):
-        return None if math.isnan(value) or math.isinf(value) else value
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        return _json_safe(value.item())
-    return value
+    write_text_atomic(path, strict_json(data, indent=1) + "\n")
 
 
 # ------------------------------------------------------------------------------ one run
@@ -368,7 +356,7 @@ def read_result(path: Path) -> dict[str, Any]:
 
 def _is_value(x: Any) -> bool:
     """A metric value as stored: a number (not a bool), or null or NaN (undefined under the
-    convention); not infinite, which the runner writes as null (``_json_safe``)."""
+    convention); not infinite, which the runner writes as null (``strict_json``)."""
     if x is None or isinstance(x, bool) or not isinstance(x, int | float):
         return x is None
     try:

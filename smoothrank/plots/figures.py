@@ -117,6 +117,18 @@ def neuralndcg_figure1(path: str | os.PathLike[str], *, temperature: float = 1.0
             "without_sinkhorn": without["neural_ndcg"]}
 
 
+def _distinct_names(values: Sequence[float]) -> list[str]:
+    """``f"{v:g}"`` of each distinct value; where two would read alike (0.1 and 0.1000001), those two
+    get as many more digits as tell them apart (every other name stays as it was)."""
+    names = [f"{v:g}" for v in values]
+    for digits in range(7, 18):
+        clashing = {n for n in names if names.count(n) > 1}
+        if not clashing:
+            break
+        names = [f"{v:.{digits}g}" if n in clashing else n for v, n in zip(values, names, strict=True)]
+    return names
+
+
 def neuralndcg_figure2(path: str | os.PathLike[str], *,
                        temperatures: Sequence[float] = (0.01, 0.1, 0.5, 1.0, 2.0),
                        xs: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -127,9 +139,7 @@ def neuralndcg_figure2(path: str | os.PathLike[str], *,
     if not temperatures:
         raise SmoothrankError("temperatures: give at least one temperature")
     temperatures = list(dict.fromkeys(float(t) for t in temperatures))  # a repeat drawn once
-    names = [f"{t:g}" for t in temperatures]
-    if len(set(names)) < len(names):  # 0.1 and 0.1000001 would share a key and a legend entry
-        names = [repr(t) for t in temperatures]
+    names = _distinct_names(temperatures)
     labels, scores = [1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 0.0]
     x = np.linspace(-1.0, 7.0, 401) if xs is None else np.asarray(xs, dtype=np.float64)
     plt = _pyplot()

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from smoothrank import __version__
-from smoothrank._atomic import blocking_file, folder_lock
+from smoothrank._atomic import blocking_file, folder_lock, strict_json
 from smoothrank.errors import ConfigError, DataFormatError, SmoothrankError, SmoothrankWarning
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text, load_torch_file
@@ -678,7 +678,8 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         selected_by = f"valid_{select}" if valid_set is not None else "last epoch (no validation split)"
         summary = {"best_epoch": best_epoch, "epochs_run": len(history), "selected_by": selected_by,
                    "convention": config.evaluation.convention, "valid": valid_metrics, "test": test_metrics}
-        atomic_write_text(run_path / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        # strict JSON: an undefined or overflowed metric (inf DCG under lightgbm's gains) is null
+        atomic_write_text(run_path / SUMMARY_FILE, strict_json(summary, indent=2) + "\n")
         return TrainResult(model=model, best_epoch=best_epoch, best_value=best_value, history=history,
                            valid_metrics=valid_metrics, test_metrics=test_metrics, run_dir=run_path)
     finally:
