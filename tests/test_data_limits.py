@@ -232,6 +232,12 @@ def test_from_arrays_refuses_nan_inf_and_float32_overflow():
     with pytest.raises(SmoothrankError, match=r"labels\[1\] is 16777217, beyond 2\^24"):
         Dataset.from_arrays(np.ones((2, 1)), np.array([0, 2**24 + 1]), [1, 1])
     assert Dataset.from_arrays(np.ones((2, 1)), np.array([0, 2**24]), [1, 1]).labels[1] == 2**24
+    # As an integer-valued float64 too (an audit of 2026-11-25: 16777217.0 became 16777216 silently);
+    # real-valued labels round as reals do, and a float32 array holds what it holds.
+    with pytest.raises(SmoothrankError, match=r"labels\[1\] is 16777217, beyond 2\^24"):
+        Dataset.from_arrays(np.ones((2, 1)), np.array([0.0, 2.0**24 + 1]), [1, 1])
+    assert Dataset.from_arrays(np.ones((2, 1)), np.array([0.0, 2.0**24 + 0.5]), [1, 1]).labels[1] == 2**24
+    assert Dataset.from_arrays(np.ones((2, 1)), np.array([0, 3e7], np.float32), [1, 1]).labels[1] == 3e7
 
 
 def test_non_finite_features_are_refused_wherever_a_dataset_is_made(tmp_path):

@@ -103,9 +103,14 @@ class Dataset:
         else:
             docs = np.asarray([str(d) for d in np.asarray(doc_ids).tolist()], dtype=np.str_)
         features32, labels32 = _finite_float32(features, "features"), _finite_float32(labels, "labels")
-        if labels.dtype.kind in "iu" and np.any(np.abs(labels) > F32_EXACT_INT):
-            # Integer labels must survive the cast: 16777217 would silently become 16777216.
-            i = int(np.argmax(np.abs(labels) > F32_EXACT_INT))
+        # Integer labels must survive the cast: 16777217 would silently become 16777216 (as an int, or
+        # as an integer-valued float64 that float32 rounds; real-valued labels round as reals do).
+        changed = np.abs(labels) > F32_EXACT_INT
+        if labels.dtype.kind not in "iu" and changed.any():
+            wide = labels.astype(np.float64)
+            changed &= (np.floor(wide) == wide) & (labels32 != wide)
+        if np.any(changed):
+            i = int(np.argmax(changed))
             raise SmoothrankError(f"from_arrays: labels[{i}] is {int(labels[i])}, beyond 2^24 = 16777216, "
                                   "the largest integer label float32 holds exactly")
         return cls(features32, labels32, qids, docs, offsets, lines, source)
