@@ -314,3 +314,35 @@ assert torch.equal(value, eager) and torch.equal(x.grad, x2.grad)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_soft_ndcg_eager_calls_do_not_load_dynamo_and_compile_later() -> None:
+    # A benchmark (2026-11-25) found SoftNDCG's first eager call importing torch._dynamo only to wrap
+    # the Numba kernels in torch.compiler.disable: 70 MiB and 2 s, which pushed exact SoftNDCG's peak
+    # at 64 x 240 over its 250 MiB budget. Eager calls now leave Dynamo unloaded; a torch.compile
+    # afterwards (here in float64, a kernel signature no eager call compiled) still breaks the graph
+    # at the kernels and gives eager mode's values and gradients.
+    import subprocess
+    import sys
+
+    script = """
+import sys
+import torch
+from smoothrank import losses
+torch.manual_seed(0)
+s, y = torch.randn(4, 30), torch.randint(0, 3, (4, 30)).float()
+def run(compiled, dtype, method):
+    loss = losses.get("soft_ndcg", method=method)
+    x = s.to(dtype).clone().requires_grad_()
+    value = (torch.compile(loss, backend="aot_eager") if compiled else loss)(x, y.to(dtype))
+    value.backward()
+    return value.detach(), x.grad
+for method in ("exact", "hybrid"):
+    run(False, torch.float32, method)
+assert "torch._dynamo" not in sys.modules, "an eager call loaded Dynamo"
+for method in ("exact", "hybrid"):
+    compiled, eager = run(True, torch.float64, method), run(False, torch.float64, method)
+    assert torch.equal(compiled[0], eager[0]) and torch.equal(compiled[1], eager[1]), method
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

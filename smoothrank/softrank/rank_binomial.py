@@ -61,6 +61,7 @@ both.
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -77,23 +78,32 @@ BACKENDS = ("auto", "numba", "torch", "fft")
 
 _KERNELS = ("forward", "backward", "fused_forward", "fused_backward", "blocked_forward", "blocked_backward")
 _loaded: list[SimpleNamespace | None] = []  # once loaded (a plain global: Dynamo warns of lru_cache)
+_excluded: list[SimpleNamespace] = []  # the same kernels excluded from torch.compile, once Dynamo is loaded
 
 
 def _kernels() -> SimpleNamespace | None:
     """The compiled kernels of :mod:`smoothrank.softrank._numba`, imported on first use (Numba brings
     llvmlite and takes a second or two to import), or None where Numba cannot be imported: it is a
-    declared dependency, but the pure-PyTorch path stays usable without it. Each kernel is excluded
-    from ``torch.compile`` (a graph break): Dynamo cannot trace Numba's dispatcher, and a compiled
-    first call (before any eager one had compiled the kernels) failed inside it."""
+    declared dependency, but the pure-PyTorch path stays usable without it.
+
+    Once Dynamo is loaded (``torch.compile`` imports it), each kernel is excluded from compilation (a
+    graph break): Dynamo cannot trace Numba's dispatcher, and a compiled first call failed inside it.
+    Until then they are called as they are: nothing can compile without Dynamo, and importing it only
+    to wrap them cost 70 MiB and 2 s on a first eager call."""
     if not _loaded:
         try:
             from smoothrank.softrank import _numba
         except ImportError:  # pragma: no cover - depends on the environment
             _loaded.append(None)
         else:
-            _loaded.append(SimpleNamespace(**{name: torch.compiler.disable(getattr(_numba, name))
-                                              for name in _KERNELS}))
-    return _loaded[0]
+            _loaded.append(SimpleNamespace(**{name: getattr(_numba, name) for name in _KERNELS}))
+    kernels = _loaded[0]
+    if kernels is None or "torch._dynamo" not in sys.modules:
+        return kernels
+    if not _excluded:
+        _excluded.append(SimpleNamespace(**{name: torch.compiler.disable(getattr(kernels, name))
+                                            for name in _KERNELS}))
+    return _excluded[0]
 
 
 def __getattr__(name: str) -> Any:
