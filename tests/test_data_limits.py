@@ -238,6 +238,13 @@ def test_from_arrays_refuses_nan_inf_and_float32_overflow():
         Dataset.from_arrays(np.ones((2, 1)), np.array([0.0, 2.0**24 + 1]), [1, 1])
     assert Dataset.from_arrays(np.ones((2, 1)), np.array([0.0, 2.0**24 + 0.5]), [1, 1]).labels[1] == 2**24
     assert Dataset.from_arrays(np.ones((2, 1)), np.array([0, 3e7], np.float32), [1, 1]).labels[1] == 3e7
+    # An int and a float of one value are treated alike (2^25 float32 holds exactly; a review), and
+    # float16 labels are compared without a cast of 2^24 to float16 (it warned of an overflow).
+    for labels in (np.array([0, 2**25]), np.array([0.0, 2.0**25])):
+        assert Dataset.from_arrays(np.ones((2, 1)), labels, [1, 1]).labels[1] == 2**25
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Dataset.from_arrays(np.ones((2, 1)), np.array([1.5, 2], np.float16), [1, 1]).labels[0] == 1.5
 
 
 def test_non_finite_features_are_refused_wherever_a_dataset_is_made(tmp_path):

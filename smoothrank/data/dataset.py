@@ -103,16 +103,7 @@ class Dataset:
         else:
             docs = np.asarray([str(d) for d in np.asarray(doc_ids).tolist()], dtype=np.str_)
         features32, labels32 = _finite_float32(features, "features"), _finite_float32(labels, "labels")
-        # Integer labels must survive the cast: 16777217 would silently become 16777216 (as an int, or
-        # as an integer-valued float64 that float32 rounds; real-valued labels round as reals do).
-        changed = np.abs(labels) > F32_EXACT_INT
-        if labels.dtype.kind not in "iu" and changed.any():
-            wide = labels.astype(np.float64)
-            changed &= (np.floor(wide) == wide) & (labels32 != wide)
-        if np.any(changed):
-            i = int(np.argmax(changed))
-            raise SmoothrankError(f"from_arrays: labels[{i}] is {int(labels[i])}, beyond 2^24 = 16777216, "
-                                  "the largest integer label float32 holds exactly")
+        _check_integer_labels(labels, labels32)
         return cls(features32, labels32, qids, docs, offsets, lines, source)
 
     # ----------------------------------------------------------------- sizes
@@ -237,6 +228,20 @@ def _query_indices(queries: Sequence[int] | np.ndarray, n_queries: int) -> np.nd
         raise SmoothrankError(f"subset: queries: expected integer query indices or a boolean mask, got "
                               f"{raw.dtype} (e.g. {first!r})")
     return raw.astype(np.int64).reshape(-1)
+
+
+def _check_integer_labels(labels: np.ndarray, labels32: np.ndarray) -> None:
+    """Integer labels (of an integer dtype, or integer-valued floats) must survive the cast to float32:
+    16777217 would silently become 16777216. Real-valued labels round as reals do."""
+    # |x| in float64: no overflow of abs(-2^63) in int64, no cast of 2^24 to float16
+    for i in np.flatnonzero(np.abs(labels.astype(np.float64)) > F32_EXACT_INT):
+        value = labels[i].item()
+        if isinstance(value, float) and not value.is_integer():
+            continue
+        if int(value) != int(labels32[i]):  # exact: both are Python ints
+            raise SmoothrankError(f"from_arrays: labels[{i}] is {int(value)}, beyond 2^24 = 16777216: "
+                                  f"float32 would hold it as {int(labels32[i])} (integer labels above 2^24 "
+                                  "are exact only where float32 has them)")
 
 
 def _finite_float32(values: np.ndarray, name: str) -> np.ndarray:
