@@ -337,6 +337,36 @@ def test_compare_refuses_methods_without_common_test_queries(two_methods, tmp_pa
     _refused(["compare", str(two_methods), "a", "b", "--b-out", str(other)], capsys, "no common test queries")
 
 
+def test_compare_refuses_test_queries_that_only_partly_meet(two_methods, tmp_path, capsys):
+    # An audit (2026-11-25): another experiment's test file under the same dataset name shared 3 query
+    # ids with this one's; compare paired those 3 and called the difference significant.
+    other = tmp_path / "partial"
+    write_json(other / "runs" / "b" / "result.json", _result("b", [0.1, 0.4, 0.3, 0.9, 0.2], qid0=9))
+    _refused(["compare", str(two_methods), "a", "b", "--b-out", str(other)], capsys,
+             "were not tested on the same queries", "3 are common, 9 only a's and 2 only b")
+
+
+def test_compare_names_pooled_datasets_and_tests_one_on_request(tmp_path, capsys):
+    # An audit (2026-11-25): two datasets of one experiment were pooled into one t-test without a word,
+    # while the summary tests each on its own.
+    from scipy.stats import ttest_rel
+
+    out = tmp_path / "exp"
+    rng = np.random.default_rng(1)
+    values = {(m, d): rng.uniform(size=8).tolist() for m in "ab" for d in ("one", "two")}
+    for (method, dataset), vals in values.items():
+        write_json(out / "runs" / f"{method}-{dataset}" / "result.json",
+                   {**_result(method, vals), "dataset": dataset})
+    assert main(["compare", str(out), "a", "b"]) == 0
+    assert "datasets one, two pooled" in capsys.readouterr().out
+    assert main(["compare", str(out), "a", "b", "--dataset", "two", "--format", "json"]) == 0
+    test = json.loads(capsys.readouterr().out)["ndcg@1"]
+    assert test["datasets"] == ["two"] and test["n_queries"] == 8
+    assert test["p_value"] == pytest.approx(ttest_rel(values[("a", "two")], values[("b", "two")]).pvalue)
+    _refused(["compare", str(out), "a", "b", "--dataset", "three"], capsys,
+             "--dataset: 'three' is not a dataset of a or b; they have ['one', 'two']")
+
+
 def test_compare_interval_is_finite_at_a_tiny_alpha(two_methods, capsys):
     # 1 - alpha/2 rounded to 1 and gave [-inf, +inf]; the upper tail's quantile has no such rounding.
     intervals = []

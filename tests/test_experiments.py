@@ -1214,7 +1214,7 @@ def test_compare_states_the_metric_convention(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert list(printed) == ["ndcg@1"] and printed["ndcg@1"]["convention"] == "lightgbm"
     assert set(printed["ndcg@1"]) == {"mean_difference", "t", "p_value", "n_queries", "convention",
-                                      "interval"}
+                                      "interval", "datasets"}
     # --b-out: the same convention on both sides (a different one is refused).
     other = tmp_path / "other"
     for fold in (1, 2):

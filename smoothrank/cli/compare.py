@@ -7,7 +7,8 @@ convention (letor4, lightgbm, trec) the runs were scored under (header line; a `
 key in each metric's JSON object). With
 ``--b-out OUT_B`` the second method comes from another experiment on the same data (e.g. a linear
 scorer of one grid against an MLP of another): queries are paired on (dataset, fold, query id), and the two
-experiments must share the dataset names and the metric convention.
+experiments must share the dataset names and the metric convention. Several datasets are pooled into
+one test (named in the output) unless ``--dataset`` picks one.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def add_parser(subparsers: Any) -> None:
                         help="comma-separated metrics stored by the experiment (default: every one stored)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level, in (0, 1)")
     parser.add_argument("--format", default="table", choices=("table", "json"))
+    parser.add_argument("--dataset", default=None,
+                        help="test on this dataset of the experiment only, as the summary does (default: "
+                             "every dataset both methods ran on, pooled, named in the output)")
     parser.add_argument("--all-runs", action="store_true",
                         help="use every run in the folder, also those of earlier specs written into it "
                              "(default: the runs of the last experiment, as its summary)")
@@ -43,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from smoothrank.experiments.report import compare_methods
+    from smoothrank.experiments.report import compare_methods, compared_datasets, on_dataset
 
     if not 0.0 < args.alpha < 1.0:  # also refuses nan
         raise CLIError(f"--alpha: expected a number between 0 and 1 (exclusive), got {args.alpha}")
@@ -66,22 +70,29 @@ def run(args: argparse.Namespace) -> int:
                            f"{sorted({r['method'] for r in results_b})}")
     # One folder may hold runs of several specs (other methods, other conventions): pair only the same.
     _check_same_data(results, args.method_a, method_b, "--b-out" if args.b_out is not None else "compare")
+    if args.dataset is not None:
+        results = on_dataset(results, args.method_a, method_b, args.dataset, argument="--dataset")
     metrics = _metrics(args.metrics, results, args.method_a, method_b)
     tests = compare_methods(results, args.method_a, method_b, metrics=metrics)
     convention = _convention(results, args.method_a, method_b)
+    datasets = compared_datasets(results, args.method_a, method_b)
     if args.format == "json":
         # Strict JSON has no NaN or infinity: an undefined value (fewer than 2 pairs) is null.
         # "convention": the metric convention of the values (null: not recorded in result.json),
         # inside each metric's object, so that every top-level key stays a metric.
         # "interval": the 1 - alpha confidence interval of the mean difference, [low, high].
+        # "datasets": the datasets whose queries were paired (several: pooled into one test).
         print(json.dumps({m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
                               "p_value": _finite(t.pvalue), "n_queries": t.n, "convention": convention,
-                              "interval": [_finite(v) for v in t.confidence_interval(args.alpha)]}
+                              "interval": [_finite(v) for v in t.confidence_interval(args.alpha)],
+                              "datasets": datasets}
                           for m, t in tests.items()}, indent=2, allow_nan=False))
         return 0
     level = f"{100 * (1 - args.alpha):g}%"
+    pooled = (f", datasets {', '.join(datasets)} pooled (--dataset NAME tests one, as the summary does)"
+              if len(datasets) > 1 else "")
     print(f"{args.method_a} - {method_b}, paired t-test over test queries (two-sided), "
-          f"convention {convention or 'not recorded'}")
+          f"convention {convention or 'not recorded'}{pooled}")
     print(f"| metric | mean difference | t | p | queries | significant | {level} interval |")
     print("|---|---|---|---|---|---|---|")
     for metric, t in tests.items():

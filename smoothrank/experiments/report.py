@@ -41,7 +41,8 @@ from smoothrank.experiments.stats import (
     paired_ttest,
 )
 
-__all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "format_markdown", "method_runs",
+__all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "compared_datasets", "format_markdown",
+           "method_runs", "on_dataset",
            "published_baselines", "published_comparison", "stored_metrics", "summarize", "write_reports"]
 
 # New columns go last, so readers of older files (by column name or by position) keep working;
@@ -181,24 +182,57 @@ def unstored_metrics_message(metrics: Sequence[str], stored: Sequence[str], meth
 
 
 def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: str, *,
-                    metrics: Sequence[str] | None = None) -> dict[str, TTest]:
+                    metrics: Sequence[str] | None = None, dataset: str | None = None) -> dict[str, TTest]:
     """Paired t-test of ``method_a - method_b`` per metric, over their common test queries.
 
     Pairs are the per-query test values on the same (dataset, fold, query), seeds averaged per query, all
-    folds pooled: the same test as the summary's baseline column, between any two methods.
+    folds pooled: the same test as the summary's baseline column, between any two methods. The
+    summary tests each dataset on its own; here the datasets of the runs are pooled too unless
+    ``dataset`` names one (:func:`compared_datasets` lists them).
     ``metrics`` defaults to those both methods' runs stored; others are an error, and so are two
-    methods without a common test query (e.g. run on other test files).
+    methods without a common test query (e.g. run on other test files), and two methods whose test
+    queries differ within a fold both were tested on (other test files that share some query ids).
     """
+    if dataset is not None:
+        results = on_dataset(results, method_a, method_b, dataset)
     runs_a, runs_b = method_runs(results, method_a, method_b)
     stored = stored_metrics(runs_a + runs_b)
     metrics = stored if metrics is None else list(metrics)
     problem = unstored_metrics_message(metrics, stored, method_a, method_b)
     if problem is not None:
         raise SmoothrankError(f"metrics: {problem}")
-    if not set(_queries(runs_a)) & set(_queries(runs_b)):
+    queries_a, queries_b = set(_queries(runs_a)), set(_queries(runs_b))
+    if not queries_a & queries_b:
         raise SmoothrankError(f"{method_a} and {method_b} have no common test queries (dataset, fold, "
                               "query id): their runs were not tested on the same data")
+    # Within a fold both were tested on, the same data has the same queries: a partial overlap is
+    # other test files whose query ids happen to meet (folds one of them lacks are left out as before).
+    shared = {q[:2] for q in queries_a} & {q[:2] for q in queries_b}
+    only_a = [q for q in queries_a - queries_b if q[:2] in shared]
+    only_b = [q for q in queries_b - queries_a if q[:2] in shared]
+    if only_a or only_b:
+        raise SmoothrankError(f"{method_a} and {method_b} were not tested on the same queries: in the folds "
+                              f"both have, {len(queries_a & queries_b)} are common, {len(only_a)} only "
+                              f"{method_a}'s and {len(only_b)} only {method_b}'s; their runs were not "
+                              "tested on the same data")
     return {metric: _compare(runs_a, runs_b, metric) for metric in metrics}
+
+
+def on_dataset(results: Sequence[dict[str, Any]], method_a: str, method_b: str, dataset: str,
+               *, argument: str = "dataset") -> list[dict[str, Any]]:
+    """The results of ``dataset``; an error naming ``argument`` where neither method ran on it."""
+    present = sorted({str(r.get("dataset")) for r in results if r["method"] in (method_a, method_b)})
+    if dataset not in present:
+        raise SmoothrankError(f"{argument}: {dataset!r} is not a dataset of {method_a} or {method_b}; "
+                              f"they have {present}")
+    return [r for r in results if str(r.get("dataset")) == dataset]
+
+
+def compared_datasets(results: Sequence[dict[str, Any]], method_a: str, method_b: str) -> list[str]:
+    """The datasets on which both methods have runs: those :func:`compare_methods` pools."""
+    a = {str(r.get("dataset")) for r in results if r["method"] == method_a}
+    b = {str(r.get("dataset")) for r in results if r["method"] == method_b}
+    return sorted(a & b)
 
 
 def _queries(runs: Iterable[dict[str, Any]]) -> list[tuple[Any, Any, str]]:
