@@ -789,6 +789,18 @@ def test_published_comparison_orders_by_validation_and_needs_every_row_beaten():
     assert not published_comparison(tie, "mq2008", published, select_by="ndcg@10")[0]["beats"]["ndcg@5"]
 
 
+@pytest.mark.parametrize("n_folds", [1, 2, 5])
+def test_published_comparison_on_fewer_folds_says_so(n_folds):
+    # An audit (2026-11-25): a 40-query cut named "mq2008tiny" got "beats every published row" marks
+    # with nothing to say that the published rows are five-fold means over the whole of MQ2008.
+    rows = [{**_row("a", split, m, 0.5), "n_folds": n_folds} for split in ("valid", "test")
+            for m in ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")]
+    text = format_markdown(rows, metrics=["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"], title="T",
+                           convention="letor4", baseline=None, alpha=0.05, select_by="ndcg@10")
+    assert "test against every published row" in text
+    assert (f"These rows are means over {n_folds} fold(s)" in text) == (n_folds < 5)
+
+
 def test_published_comparison_picks_by_the_validation_split_never_the_test_split():
     # Validation prefers a, test prefers b, and b comes first in the rows: only the validation
     # values may give the order (the first row is the configuration a user would pick).
