@@ -343,7 +343,8 @@ def test_compare_refuses_test_queries_that_only_partly_meet(two_methods, tmp_pat
     other = tmp_path / "partial"
     write_json(other / "runs" / "b" / "result.json", _result("b", [0.1, 0.4, 0.3, 0.9, 0.2], qid0=9))
     _refused(["compare", str(two_methods), "a", "b", "--b-out", str(other)], capsys,
-             "were not tested on the same queries", "3 are common, 9 only a's and 2 only b")
+             "were not tested on the same queries",
+             "3 are common, 9 only in the runs of a and 2 only in those of b")
 
 
 def test_compare_names_pooled_datasets_and_tests_one_on_request(tmp_path, capsys):
@@ -364,7 +365,26 @@ def test_compare_names_pooled_datasets_and_tests_one_on_request(tmp_path, capsys
     assert test["datasets"] == ["two"] and test["n_queries"] == 8
     assert test["p_value"] == pytest.approx(ttest_rel(values[("a", "two")], values[("b", "two")]).pvalue)
     _refused(["compare", str(out), "a", "b", "--dataset", "three"], capsys,
-             "--dataset: 'three' is not a dataset of a or b; they have ['one', 'two']")
+             "--dataset: a has no run on 'three'; it has ['one', 'two']")
+    # (a review) b has runs, but not on the dataset named: said so, not "no finished run of 'b'"
+    def put(folder: Path, method: str, dataset: str, **extra) -> None:
+        write_json(folder / "runs" / f"{method}-{dataset}" / "result.json",
+                   {**_result(method, values[(method, dataset)]), "dataset": dataset, **extra})
+
+    lone = tmp_path / "lone"
+    for method, dataset in (("a", "one"), ("a", "two"), ("b", "two")):
+        put(lone, method, dataset)
+    _refused(["compare", str(lone), "a", "b", "--dataset", "one"], capsys, "--dataset: b has no run on 'one'")
+    # --b-out with another experiment holding only the dataset named: tested on it
+    other = tmp_path / "other"
+    put(other, "b", "two")
+    assert main(["compare", str(out), "a", "b", "--b-out", str(other), "--dataset", "two", "--format",
+                 "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ndcg@1"]["p_value"] == pytest.approx(test["p_value"])
+    # a dataset where both ran, but on no common fold, is not named as pooled
+    put(lone, "b", "one", fold=2)
+    assert main(["compare", str(lone), "a", "b"]) == 0
+    assert "pooled" not in capsys.readouterr().out.splitlines()[0]
 
 
 def test_compare_interval_is_finite_at_a_tiny_alpha(two_methods, capsys):

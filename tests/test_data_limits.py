@@ -245,6 +245,11 @@ def test_from_arrays_refuses_nan_inf_and_float32_overflow():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert Dataset.from_arrays(np.ones((2, 1)), np.array([1.5, 2], np.float16), [1, 1]).labels[0] == 1.5
+    # (a review) a non-integer longdouble label is a real one; an int above 2^53 is compared exactly
+    real = np.array([0, 2**24 + 1.5], np.longdouble)
+    assert Dataset.from_arrays(np.ones((2, 1)), real, [1, 1]).labels[1] == np.float32(2**24 + 2)
+    with pytest.raises(SmoothrankError, match=r"labels\[1\] is 9007199254740993, beyond 2\^24"):
+        Dataset.from_arrays(np.ones((2, 1)), np.array([0, 2**53 + 1]), [1, 1])
 
 
 def test_non_finite_features_are_refused_wherever_a_dataset_is_made(tmp_path):

@@ -68,10 +68,10 @@ def run(args: argparse.Namespace) -> int:
         if not any(r["method"] == method_b for r in results):
             raise CLIError(f"method_b: no finished run of {args.method_b!r} in {args.b_out}; methods: "
                            f"{sorted({r['method'] for r in results_b})}")
+    if args.dataset is not None:  # first: --b-out's experiments need to share this dataset only
+        results = on_dataset(results, args.method_a, method_b, args.dataset, argument="--dataset")
     # One folder may hold runs of several specs (other methods, other conventions): pair only the same.
     _check_same_data(results, args.method_a, method_b, "--b-out" if args.b_out is not None else "compare")
-    if args.dataset is not None:
-        results = on_dataset(results, args.method_a, method_b, args.dataset, argument="--dataset")
     metrics = _metrics(args.metrics, results, args.method_a, method_b)
     tests = compare_methods(results, args.method_a, method_b, metrics=metrics)
     convention = _convention(results, args.method_a, method_b)

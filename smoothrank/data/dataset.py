@@ -233,15 +233,27 @@ def _query_indices(queries: Sequence[int] | np.ndarray, n_queries: int) -> np.nd
 def _check_integer_labels(labels: np.ndarray, labels32: np.ndarray) -> None:
     """Integer labels (of an integer dtype, or integer-valued floats) must survive the cast to float32:
     16777217 would silently become 16777216. Real-valued labels round as reals do."""
+    if labels.dtype.kind not in "fiub":
+        labels = labels.astype(np.float64)
     # |x| in float64: no overflow of abs(-2^63) in int64, no cast of 2^24 to float16
-    for i in np.flatnonzero(np.abs(labels.astype(np.float64)) > F32_EXACT_INT):
-        value = labels[i].item()
-        if isinstance(value, float) and not value.is_integer():
-            continue
-        if int(value) != int(labels32[i]):  # exact: both are Python ints
-            raise SmoothrankError(f"from_arrays: labels[{i}] is {int(value)}, beyond 2^24 = 16777216: "
-                                  f"float32 would hold it as {int(labels32[i])} (integer labels above 2^24 "
-                                  "are exact only where float32 has them)")
+    magnitude = np.abs(labels.astype(np.float64))
+    idx = np.flatnonzero(magnitude > F32_EXACT_INT)
+    if idx.size == 0:
+        return
+    sub, sub32 = labels[idx], labels32[idx]
+    if labels.dtype.kind == "f":  # compared in the labels' own dtype (longdouble too): exact
+        changed = (np.floor(sub) == sub) & (sub32.astype(sub.dtype) != sub)
+    else:  # integers: exact in float64 up to 2^53, as Python ints beyond
+        changed = np.zeros(idx.size, dtype=bool)
+        small = magnitude[idx] < 2.0**53  # exact in float64 below 2^53 (2^53 + 1 reads as 2^53)
+        changed[small] = sub32[small].astype(np.float64) != sub[small].astype(np.float64)
+        for j in np.flatnonzero(~small):
+            changed[j] = int(sub[j]) != int(sub32[j])
+    if changed.any():
+        j = int(np.argmax(changed))
+        raise SmoothrankError(f"from_arrays: labels[{int(idx[j])}] is {int(sub[j])}, beyond 2^24 = 16777216: "
+                              f"float32 would hold it as {int(sub32[j])} (integer labels above 2^24 "
+                              "are exact only where float32 has them)")
 
 
 def _finite_float32(values: np.ndarray, name: str) -> np.ndarray:

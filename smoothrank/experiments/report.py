@@ -212,27 +212,26 @@ def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: 
     only_b = [q for q in queries_b - queries_a if q[:2] in shared]
     if only_a or only_b:
         raise SmoothrankError(f"{method_a} and {method_b} were not tested on the same queries: in the folds "
-                              f"both have, {len(queries_a & queries_b)} are common, {len(only_a)} only "
-                              f"{method_a}'s and {len(only_b)} only {method_b}'s; their runs were not "
-                              "tested on the same data")
+                              f"both have, {len(queries_a & queries_b)} are common, {len(only_a)} only in "
+                              f"the runs of {method_a} and {len(only_b)} only in those of {method_b}; their "
+                              "runs were not tested on the same data")
     return {metric: _compare(runs_a, runs_b, metric) for metric in metrics}
 
 
 def on_dataset(results: Sequence[dict[str, Any]], method_a: str, method_b: str, dataset: str,
                *, argument: str = "dataset") -> list[dict[str, Any]]:
-    """The results of ``dataset``; an error naming ``argument`` where neither method ran on it."""
-    present = sorted({str(r.get("dataset")) for r in results if r["method"] in (method_a, method_b)})
-    if dataset not in present:
-        raise SmoothrankError(f"{argument}: {dataset!r} is not a dataset of {method_a} or {method_b}; "
-                              f"they have {present}")
+    """The results of ``dataset``; an error naming ``argument`` where either method has no run on it."""
+    for method in (method_a, method_b):
+        present = sorted({str(r.get("dataset")) for r in results if r["method"] == method})
+        if present and dataset not in present:
+            raise SmoothrankError(f"{argument}: {method} has no run on {dataset!r}; it has {present}")
     return [r for r in results if str(r.get("dataset")) == dataset]
 
 
 def compared_datasets(results: Sequence[dict[str, Any]], method_a: str, method_b: str) -> list[str]:
-    """The datasets on which both methods have runs: those :func:`compare_methods` pools."""
-    a = {str(r.get("dataset")) for r in results if r["method"] == method_a}
-    b = {str(r.get("dataset")) for r in results if r["method"] == method_b}
-    return sorted(a & b)
+    """The datasets whose test queries :func:`compare_methods` pairs (pools, when several)."""
+    runs_a, runs_b = method_runs(results, method_a, method_b)
+    return sorted({str(q[0]) for q in set(_queries(runs_a)) & set(_queries(runs_b))})
 
 
 def _queries(runs: Iterable[dict[str, Any]]) -> list[tuple[Any, Any, str]]:
