@@ -33,6 +33,7 @@ from smoothrank.experiments import (
 )
 from smoothrank.experiments.gbdt import fit_gbdt
 from smoothrank.experiments.report import (
+    TARGET_METRICS,
     compare_methods,
     format_csv,
     format_markdown,
@@ -798,7 +799,17 @@ def test_published_comparison_on_fewer_folds_says_so(n_folds):
     text = format_markdown(rows, metrics=["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"], title="T",
                            convention="letor4", baseline=None, alpha=0.05, select_by="ndcg@10")
     assert "test against every published row" in text
-    assert (f"These rows are means over {n_folds} fold(s)" in text) == (n_folds < 5)
+    assert (f"These rows are means over {n_folds} fold(s)" in text) == (n_folds != 5)
+
+
+def test_published_comparison_marks_no_row_missing_folds():
+    # A review (2026-11-25): a method on 2 of 5 folds kept its ✓ marks (only "all four" checked folds).
+    published = {"P": {"ndcg@1": 0.30, "ndcg@3": 0.40, "ndcg@5": 0.45, "map": 0.46}}
+    rows = [_row("a", "test", m, 0.9) for m in TARGET_METRICS]
+    rows += [{**_row("b", "test", m, 0.9), "n_folds": 2} for m in TARGET_METRICS]
+    table = {r["method"]: r for r in published_comparison(rows, "mq2008", published, select_by="ndcg@10")}
+    assert all(table["a"]["beats"].values()) and table["a"]["beats_all"]
+    assert not any(table["b"]["beats"].values()) and not table["b"]["beats_all"]
 
 
 def test_published_comparison_picks_by_the_validation_split_never_the_test_split():

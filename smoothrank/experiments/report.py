@@ -290,7 +290,10 @@ def published_comparison(rows: Sequence[dict[str, Any]], dataset: str, published
     out = []
     for method in methods:
         test = {m: index.get((method, "test", m), math.nan) for m in targets}
-        beats = {m: not math.isnan(test[m]) and all(test[m] > p[m] for p in published.values() if m in p)
+        # a mean over fewer folds than the dataset's most complete method is no ✓ (the docstring's rule)
+        whole = folds.get(method, 0) >= complete
+        beats = {m: whole and not math.isnan(test[m]) and all(test[m] > p[m] for p in published.values()
+                                                              if m in p)
                  for m in targets}
         out.append({"method": method, "kind": kinds[method],
                     "valid": index.get((method, "valid", select_by), math.nan), "test": test, "beats": beats,
@@ -349,7 +352,7 @@ def _comparison_lines(rows: Sequence[dict[str, Any]], dataset: str, published: d
     best_values = {m: max(p[m] for p in published.values() if m in p) for m in targets}
     best = [f"{m}: {v:.4f}" for m, v in best_values.items()]
     folds = max(_fold_counts(rows, dataset).values(), default=0)
-    partial = ([] if folds >= MQ2008_FOLDS else
+    partial = ([] if folds == MQ2008_FOLDS else
                [f"These rows are means over {folds} fold(s); the published rows are means over MQ2008's "
                 f"{MQ2008_FOLDS} folds, so the ✓ marks compare unlike sets of test queries (the name rule "
                 "that shows this table cannot tell a cut of MQ2008 from the whole)."])
@@ -448,8 +451,8 @@ def format_markdown(rows: Sequence[dict[str, Any]], *, metrics: Sequence[str], t
         if published_baselines([dataset], convention):
             from smoothrank.published import SOURCE
 
-            note = "" if n_folds == 5 else (f" This experiment has {n_folds} fold(s) of {dataset}: "
-                                            "compare with care.")
+            note = "" if n_folds == MQ2008_FOLDS else (
+                f" This experiment has {n_folds} fold(s) of {dataset}: compare with care.")
             lines += [f"Published rows: {SOURCE}; test sets, 5-fold average.{note}", ""]
             if select_by is not None and all(m in metrics for m in TARGET_METRICS):
                 published = published_baselines([dataset], convention)
