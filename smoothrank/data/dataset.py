@@ -233,8 +233,7 @@ def _query_indices(queries: Sequence[int] | np.ndarray, n_queries: int) -> np.nd
 def _check_integer_labels(labels: np.ndarray, labels32: np.ndarray) -> None:
     """Integer labels (of an integer dtype, or integer-valued floats) must survive the cast to float32:
     16777217 would silently become 16777216. Real-valued labels round as reals do."""
-    if labels.dtype.kind not in "fiub":
-        labels = labels.astype(np.float64)
+    # (object and complex labels never get here: _finite_float32 refuses them)
     # |x| in float64: no overflow of abs(-2^63) in int64, no cast of 2^24 to float16
     magnitude = np.abs(labels.astype(np.float64))
     idx = np.flatnonzero(magnitude > F32_EXACT_INT)
