@@ -47,6 +47,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from smoothrank._atomic import strict_json
     from smoothrank.experiments.report import compare_methods, compared_datasets, on_dataset
 
     if not 0.0 < args.alpha < 1.0:  # also refuses nan
@@ -82,11 +83,10 @@ def run(args: argparse.Namespace) -> int:
         # inside each metric's object, so that every top-level key stays a metric.
         # "interval": the 1 - alpha confidence interval of the mean difference, [low, high].
         # "datasets": the datasets whose queries were paired (several: pooled into one test).
-        print(json.dumps({m: {"mean_difference": _finite(t.mean_difference), "t": _finite(t.statistic),
-                              "p_value": _finite(t.pvalue), "n_queries": t.n, "convention": convention,
-                              "interval": [_finite(v) for v in t.confidence_interval(args.alpha)],
-                              "datasets": datasets}
-                          for m, t in tests.items()}, indent=2, allow_nan=False))
+        print(strict_json({m: {"mean_difference": t.mean_difference, "t": t.statistic, "p_value": t.pvalue,
+                               "n_queries": t.n, "convention": convention,
+                               "interval": list(t.confidence_interval(args.alpha)), "datasets": datasets}
+                           for m, t in tests.items()}, indent=2))
         return 0
     level = f"{100 * (1 - args.alpha):g}%"
     pooled = (f", datasets {', '.join(datasets)} pooled (--dataset NAME tests one, as the summary does)"
@@ -125,10 +125,6 @@ def _convention(results: list[dict[str, Any]], method_a: str, method_b: str) -> 
     found = sorted({str(r["convention"]) for r in results
                     if r["method"] in (method_a, method_b) and r.get("convention") is not None})
     return ", ".join(found) or None
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def _shown(value: float, spec: str) -> str:

@@ -7,13 +7,12 @@ the LETOR evaluation scripts). The mean metrics are printed with the convention 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from typing import Any
 
 import numpy as np
 import torch
 
+from smoothrank._atomic import strict_json
 from smoothrank.cli import CLIError
 from smoothrank.metrics import PRESETS, evaluate_flat, get_convention, mean_metrics, parse_metric
 from smoothrank.metrics.evaluate import LETOR4_METRICS, uses_gain
@@ -53,12 +52,6 @@ def _metric_names(text: str) -> list[str]:
     return list(dict.fromkeys(names))  # drop repeats, keep order
 
 
-def _json_number(value: float) -> float | None:
-    # null for NaN and for an infinite value (a DCG of huge labels under lightgbm's exponential
-    # gain): strict JSON has neither, as compare's output has neither
-    return value if math.isfinite(value) else None
-
-
 def run(args: argparse.Namespace) -> int:
     from smoothrank.data import load_letor, read_predictions  # the data layer loads only when needed
     from smoothrank.data.dataset import check_label_gains
@@ -84,12 +77,14 @@ def run(args: argparse.Namespace) -> int:
             "data": str(args.data), "predictions": str(args.predictions),
             "convention": conv.name, "convention_description": conv.describe(),
             "n_queries": dataset.n_queries, "n_docs": dataset.n_docs,
-            "metrics": {n: _json_number(v) for n, v in means.items()},
+            "metrics": dict(means),
         }
         if args.per_query:
-            doc["per_query"] = [{"qid": qid, **{n: _json_number(float(per_query[n][i])) for n in names}}
+            doc["per_query"] = [{"qid": qid, **{n: float(per_query[n][i]) for n in names}}
                                 for i, qid in enumerate(qids)]
-        print(json.dumps(doc, indent=2, allow_nan=False))
+        # strict JSON: null for NaN and for an infinite value (a DCG of huge labels under lightgbm's
+        # exponential gain), as compare's output
+        print(strict_json(doc, indent=2))
         return 0
     print(f"# {conv.describe()}")
     print(f"# {dataset.n_queries} queries, {dataset.n_docs} documents: {args.data}")
