@@ -412,8 +412,8 @@ def test_a_label_with_an_infinite_gain_is_named_by_file_and_line(folds, tmp_path
 @pytest.mark.parametrize("args, message", [
     (["--folds", "1-99999999999999999999"], "--folds: expected a range within 1-5"),
     (["--folds", "0-2"], "--folds: expected a range within 1-5"),
-    (["--seed", "99999999999999999999"], "--seed: expected an integer in [0, 2**64 - 1]"),
-    (["--seed", "-1"], "--seed: expected an integer in [0, 2**64 - 1]"),
+    (["--seed", "99999999999999999999"], "--seed: expected an integer in [0, 2**32 - 1]"),
+    (["--seed", "-1"], "--seed: expected an integer in [0, 2**32 - 1]"),
     (["--losses", ""], "--losses: no loss given"),
     (["--losses", ","], "--losses: no loss given"),
     (["--losses", "list_net,rmse,list_net"], "--losses: list_net listed twice"),  # before any training

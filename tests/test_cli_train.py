@@ -64,7 +64,8 @@ def test_train_kill_resume_predict_evaluate(letor, tmp_path, capsys):
             if str(path).endswith("checkpoint.pt"):
                 calls.append(path)
                 if len(calls) == 3:
-                    with open(os.path.join(os.path.dirname(path), ".checkpoint.pt.partial.tmp"), "wb") as f:
+                    stale = os.path.join(os.path.dirname(path), ".checkpoint.pt.0123456789abcdef.tmp")
+                    with open(stale, "wb") as f:  # the atomic writer's own naming
                         f.write(data[: len(data) // 2])
                     os.kill(os.getpid(), signal.SIGKILL)
             original(path, data)

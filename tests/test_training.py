@@ -252,8 +252,8 @@ def test_nan_loss_is_a_clear_error(small_letor, tmp_path):
     def broken(scores, labels, *, mask=None):
         return (scores * float("nan")).sum()
 
-    with pytest.raises(TrainingError, match="epoch 1, step 1"):
-        train(config, quiet=True, loss_fn=broken)
+    with pytest.raises(TrainingError, match="the loss 'broken' became nan at epoch 1, step 1"):
+        train(config, quiet=True, loss_fn=broken)  # named as itself, not as loss.name (list_net)
 
 
 def test_bad_loss_options_fail_before_anything_is_written(small_letor, tmp_path):
@@ -548,3 +548,101 @@ def test_a_run_saved_with_an_unread_schedule_option_resumes(small_letor, tmp_pat
     state["config"]["schedule"]["step_size"] = 10  # as the code before the check saved it
     torch.save(state, path)
     assert len(train(config, quiet=True, resume=True).history) == 2
+
+
+# --- found by an audit of the training layer (2026-11-25) --------------------------------------------
+
+
+def test_resume_on_data_of_another_shape_is_refused_naming_the_split(small_letor, tmp_path):
+    # Used to end in load_state_dict's size-mismatch traceback (feature count changed) or to resume
+    # silently on other queries (same feature count).
+    from smoothrank.datasets import load_splits
+
+    splits = load_splits({k: str(v) for k, v in small_letor.items()})
+    config = make_config(small_letor, tmp_path / "r")
+    train(config, quiet=True, stop_after_epoch=1, splits=splits)
+    narrow = {name: ds.with_features(ds.features[:, :40]) for name, ds in splits.items()}
+    with pytest.raises(ConfigError, match=r"^--resume: data\.test has changed since the run in .* "
+                                          r"started \(\d+ documents, \d+ queries, 46 features then; "
+                                          r"\d+, \d+, 40 now\)"):
+        train(config, quiet=True, resume=True, splits=narrow)
+    fewer = {**splits, "valid": splits["valid"].subset(np.arange(splits["valid"].n_queries - 1))}
+    with pytest.raises(ConfigError, match=r"^--resume: data\.valid has changed"):
+        train(config, quiet=True, resume=True, splits=fewer)
+    with pytest.raises(ConfigError, match=r"the data no longer has a test split"):
+        train(config, quiet=True, resume=True, splits={k: v for k, v in splits.items() if k != "test"})
+    assert len(train(config, quiet=True, resume=True, splits=splits).history) == 4
+
+
+def test_resume_before_the_first_checkpoint_still_compares_the_configuration(small_letor, tmp_path):
+    # With config.yaml alone in the folder, --resume used to start afresh with any settings and
+    # rewrite config.yaml without a word.
+    first = make_config(small_letor, tmp_path / "early")
+    (tmp_path / "early").mkdir()
+    (tmp_path / "early" / CONFIG_FILE).write_text(
+        (Path(train(make_config(small_letor, tmp_path / "full"), quiet=True).run_dir) / CONFIG_FILE)
+        .read_text().replace(str(tmp_path / "full"), str(tmp_path / "early")))
+    changed = make_config(small_letor, tmp_path / "early", optimizer={"lr": 0.05})
+    with pytest.raises(ConfigError, match=r"differs .*\(optimizer\.lr: 0\.01 in the run, 0\.05 now\)"):
+        train(changed, quiet=True, resume=True)
+    assert not (tmp_path / "early" / CHECKPOINT).exists()
+    assert len(train(first, quiet=True, resume=True).history) == 4
+
+
+def test_resume_removes_only_its_own_temporary_files(small_letor, tmp_path):
+    config = make_config(small_letor, tmp_path / "r")
+    train(config, quiet=True, stop_after_epoch=1)
+    ours = tmp_path / "r" / f".{CHECKPOINT}.0123456789abcdef.tmp"
+    ours.write_bytes(b"half")
+    mine = tmp_path / "r" / ".my-notes.tmp"
+    mine.write_text("keep me")
+    (tmp_path / "r" / ".cache.tmp").mkdir()
+    train(config, quiet=True, resume=True)
+    assert not ours.exists() and mine.read_text() == "keep me" and (tmp_path / "r" / ".cache.tmp").is_dir()
+
+
+def test_a_diverged_run_is_not_blamed_on_the_validation_file(small_letor, tmp_path):
+    # Weights that grew huge but finite scored the validation split -inf: the error named a line of
+    # the (healthy) validation file and said nothing of the epoch or the learning rate.
+    # One step per epoch (a batch of 64 > 40 queries): the first step's weights are finite.
+    config = make_config(small_letor, tmp_path / "d", loss={"name": "rmse"}, model={"dropout": 0.0},
+                         optimizer={"name": "sgd", "lr": 1e30}, training={"batch_size": 64})
+    with pytest.raises(TrainingError, match=r"^the weights of epoch 1 scored .*vali\.txt:\d+ -?inf: the run "
+                                            r"diverged \(optimizer\.lr=1e\+30; try a smaller optimizer\.lr"):
+        train(config, quiet=True)
+
+
+@pytest.mark.parametrize(("loss", "warned"), [("list_net", True), ("lambda_rank", True), ("rmse", False)])
+def test_one_document_slates_are_warned_of(small_letor, tmp_path, loss, warned):
+    import warnings
+
+    from smoothrank.training.trainer import TrainingWarning
+
+    config = make_config(small_letor, tmp_path / loss, loss={"name": loss},
+                         training={"epochs": 1, "list_size": 1})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(config, quiet=True)
+    said = [w for w in caught if issubclass(w.category, TrainingWarning) and "list_size=1" in str(w.message)]
+    assert bool(said) is warned
+
+
+def test_train_restores_the_callers_deterministic_warn_only_setting(small_letor, tmp_path):
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        train(make_config(small_letor, tmp_path / "w", training={"epochs": 1}), quiet=True)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("training", "epochs", "3"), ("optimizer", "lr", "0.01"), ("training", "deterministic", "off"),
+    ("training", "deterministic", 0), ("output", "tensorboard", "no")])
+def test_quoted_numbers_and_non_boolean_switches_are_refused(small_letor, tmp_path, section, key, value):
+    # Pydantic's lax mode read "3" as 3 and "off" or 0 as False; the docs say a wrong type is an error.
+    with pytest.raises(ConfigError, match=rf"{section}\.{key}"):
+        make_config(small_letor, tmp_path / "q", **{section: {key: value}})

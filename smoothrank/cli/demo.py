@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from smoothrank._config_types import SEED_MAX
 
     if not 0 <= args.seed <= SEED_MAX:
-        raise CLIError(f"--seed: expected an integer in [0, 2**64 - 1], got {args.seed}")
+        raise CLIError(f"--seed: expected an integer in [0, 2**32 - 1], got {args.seed} (torch's CPU "
+                       "generator keeps 32 bits of a seed)")
     losses = _parse_losses(args.losses)
     folds = _parse_folds(args.folds)
     _check_run_dir(args.run_dir)

@@ -33,11 +33,32 @@ class Transform:
         raise NotImplementedError
 
 
+# Rows per block of the float64 arithmetic: about 2^16 values (512 KiB), so a transform's memory
+# is its float32 output plus a block, never a float64 copy of the split (PITFALLS 15).
+_BLOCK_VALUES = 1 << 16
+
+
+def _row_blocks(n_rows: int, n_cols: int) -> list[slice]:
+    step = max(1, _BLOCK_VALUES // max(n_cols, 1))
+    return [slice(i, min(i + step, n_rows)) for i in range(0, n_rows, step)]
+
+
+def _column_sums(blocks: Any) -> np.ndarray:
+    """Sum over rows of float64 blocks, in row order: the same additions, in the same order, as
+    ``np.sum(all_rows, axis=0)``, whose axis-0 sum of a C-ordered array runs row after row."""
+    total: np.ndarray | None = None
+    for block in blocks:
+        total = block.sum(axis=0) if total is None else np.vstack([total[None], block]).sum(axis=0)
+    assert total is not None
+    return total
+
+
 class Standardize(Transform):
     """x -> (x - mean) / std per feature, with mean and std of the training documents.
 
     A constant feature (std 0) is only centred (std taken as 1), so it maps to 0, not NaN.
-    Statistics are computed in float64.
+    Statistics and the arithmetic are float64 (the result float32), computed block by block of rows:
+    the same numbers as on a float64 copy of the split, without making one.
     """
 
     def __init__(self) -> None:
@@ -46,10 +67,14 @@ class Standardize(Transform):
 
     def fit(self, dataset: Dataset) -> Standardize:
         check_finite_features(dataset, "Standardize.fit")  # an inf makes the mean inf, every value NaN
-        x = dataset.features.astype(np.float64)
-        self.mean = x.mean(axis=0)
-        std = x.std(axis=0)
-        self.std = np.where(std > 0, std, 1.0)
+        x = dataset.features
+        if x.shape[0] == 0:
+            raise SmoothrankError(f"Standardize.fit: {dataset.source} has no documents")
+        blocks = _row_blocks(*x.shape)
+        mean = _column_sums(x[b].astype(np.float64) for b in blocks) / x.shape[0]
+        variance = _column_sums((x[b].astype(np.float64) - mean) ** 2 for b in blocks) / x.shape[0]
+        std = np.sqrt(variance)
+        self.mean, self.std = mean, np.where(std > 0, std, 1.0)
         return self
 
     def transform(self, dataset: Dataset) -> Dataset:
@@ -57,16 +82,19 @@ class Standardize(Transform):
             raise SmoothrankError("Standardize: call fit(train_dataset) before transform")
         _check_width(dataset, self.mean.shape[0], "Standardize")
         check_finite_features(dataset, "Standardize")  # else reported as standardised beyond float32
-        z = (dataset.features.astype(np.float64) - self.mean) / self.std
-        with np.errstate(over="ignore"):
-            out = z.astype(np.float32)
-        if not np.isfinite(out).all():
-            row, col = (int(i) for i in np.argwhere(~np.isfinite(out))[0])
-            line, value = int(dataset.line_numbers[row]), dataset.features[row, col]
-            raise SmoothrankError(
-                f"{dataset.source}:{line}: column {col} ({value:g}) standardises to {z[row, col]:.3g}, "
-                f"beyond float32 (training mean {self.mean[col]:.3g}, std {self.std[col]:.3g}); a "
-                "signed_log1p transform before standardize tames such values")
+        x = dataset.features
+        out = np.empty(x.shape, dtype=np.float32)
+        for rows in _row_blocks(*x.shape):
+            z = (x[rows].astype(np.float64) - self.mean) / self.std
+            with np.errstate(over="ignore"):
+                out[rows] = z
+            if not np.isfinite(out[rows]).all():
+                row, col = (int(i) for i in np.argwhere(~np.isfinite(out[rows]))[0])
+                line, value = int(dataset.line_numbers[rows.start + row]), x[rows.start + row, col]
+                raise SmoothrankError(
+                    f"{dataset.source}:{line}: column {col} ({value:g}) standardises to {z[row, col]:.3g}, "
+                    f"beyond float32 (training mean {self.mean[col]:.3g}, std {self.std[col]:.3g}); a "
+                    "signed_log1p transform before standardize tames such values")
         return dataset.with_features(out)
 
     def state_dict(self) -> dict[str, Any]:
@@ -114,15 +142,20 @@ class QueryMinMax(Transform):
 
     def transform(self, dataset: Dataset) -> Dataset:
         check_finite_features(dataset, "QueryMinMax")  # an inf makes the span inf: its query all NaN
-        x = dataset.features.astype(np.float64)  # a span of two float32 values can overflow float32
+        x = dataset.features
+        if x.shape[0] == 0:
+            return dataset.with_features(x.copy())
         starts = dataset.offsets[:-1]
-        lo = np.minimum.reduceat(x, starts, axis=0)
-        hi = np.maximum.reduceat(x, starts, axis=0)
-        q = dataset.query_of_row()
-        span = hi - lo
+        # Extremes are exact in float32; the span of two float32 values can overflow it, so the
+        # arithmetic is float64, a block of rows at a time (no float64 copy of the split).
+        lo = np.minimum.reduceat(x, starts, axis=0).astype(np.float64)
+        span = np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo
         scale = np.where(span > 0, span, 1.0)
-        out = (x - lo[q]) / scale[q]
-        return dataset.with_features(out.astype(np.float32))
+        q = dataset.query_of_row()
+        out = np.empty(x.shape, dtype=np.float32)
+        for rows in _row_blocks(*x.shape):
+            out[rows] = (x[rows].astype(np.float64) - lo[q[rows]]) / scale[q[rows]]
+        return dataset.with_features(out)
 
     def state_dict(self) -> dict[str, Any]:
         return {"type": "QueryMinMax"}

@@ -62,6 +62,7 @@ from pydantic import (
     field_validator,
 )
 
+from smoothrank._config_types import Bool as _Bool
 from smoothrank._config_types import Float as _Float
 from smoothrank._config_types import Int as _Int
 from smoothrank._config_types import MetricName as _MetricName
@@ -302,12 +303,12 @@ class ExperimentSpec(_Strict):
     gbdt: list[GBDTSpec] = []
     # Seed ensembles ``<method>+ens<N>`` of every method (smoothrank.experiments.ensemble); they are
     # not cells: they change no run's settings or fingerprint.
-    ensemble: bool = False
+    ensemble: _Bool = False
     ensemble_normalize: str = "zscore"
     blends: list[BlendSpec] = []
     # After selection on validation, retrain each run on training + validation for the selected
     # number of epochs / boosting rounds and score the test split with that model (runner docs).
-    refit: bool = False
+    refit: _Bool = False
     # Set by load_spec: the folder relative paths are resolved against (not part of the YAML).
     base_dir: str = "."
 

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from smoothrank._config_types import SEED_MAX as SEED_MAX
+from smoothrank._config_types import Bool as _Bool
 from smoothrank._config_types import Float as _Float
 from smoothrank._config_types import Int as _Int
 from smoothrank._config_types import MetricName as _MetricName
@@ -211,7 +212,7 @@ class TrainingConfig(_Section):
     grad_clip: Annotated[_Float, Field(gt=0.0)] | None = None
     early_stopping_patience: Annotated[_Int, Field(ge=1)] | None = None
     num_threads: Annotated[_Int, Field(ge=1)] | None = None
-    deterministic: bool = True
+    deterministic: _Bool = True
     device: str = "cpu"
 
 
@@ -233,7 +234,7 @@ class EvaluationConfig(_Section):
 
 class OutputConfig(_Section):
     run_dir: str = "runs/run"
-    tensorboard: bool = False
+    tensorboard: _Bool = False
 
     @field_validator("run_dir")
     @classmethod

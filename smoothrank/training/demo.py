@@ -116,9 +116,11 @@ def run_demo(*, losses: Sequence[str] | None = None, epochs: int = 15, seed: int
                 config = demo_config(loss, epochs=epochs, seed=seed, run_dir=str(_run_dir(root, fold, loss)))
                 progress.start(f"[{fold_index * len(chosen) + index + 1}/{total}] Fold{fold} {label}")
                 result = train(config, quiet=True, splits=data, on_epoch=progress.epoch)
+                # The convention goes with every number printed (PITFALLS 10).
                 progress.finish(f"best epoch {result.best_epoch} "
                                 f"(validation NDCG@10 {result.best_value:.4f}), "
-                                f"test NDCG@10 {result.test_metrics['ndcg@10']:.4f}, "
+                                f"test NDCG@10 {result.test_metrics['ndcg@10']:.4f} "
+                                f"[{CONVENTION} convention], "
                                 f"{time.perf_counter() - started:.0f} s")
                 per_fold.setdefault(label, []).append(result.test_metrics)
     results = {label: {m: sum(r[m] for r in runs) / len(runs) for m in runs[0]}

@@ -20,10 +20,11 @@ import copy
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,15 @@ class TrainingError(SmoothrankError):
     """Training cannot go on (e.g. the loss became NaN); the message says where."""
 
 
+class _NonFiniteScore(TrainingError):
+    """A real document scored inf or NaN (the message names its file and line)."""
+
+    def __init__(self, where: str, score: float) -> None:
+        super().__init__(f"{where}: the model scored this document {score} (its features are too large "
+                         "for the model's arithmetic, or the weights are not finite)")
+        self.where, self.score = where, score
+
+
 class TrainingWarning(SmoothrankWarning):
     """The run will train, but not usefully (e.g. no query of the training split can be ranked)."""
 
@@ -76,9 +86,9 @@ class TrainResult:
     best_epoch: int
     best_value: float
     history: list[dict[str, Any]]
+    run_dir: Path  # the run directory (always written: config, history, model, summary)
     valid_metrics: dict[str, float] = field(default_factory=dict)
     test_metrics: dict[str, float] = field(default_factory=dict)
-    run_dir: Path | None = None
 
 
 def _epoch_seeds(seed: int, epoch: int) -> tuple[int, int]:
@@ -198,8 +208,7 @@ def _refuse_scores(dataset: Any, batch: Any, scores: Tensor, bad: Tensor) -> Non
     row = int(batch.rows[b, j])
     lines = getattr(dataset, "line_numbers", None)
     where = f"{dataset.source}:{int(lines[row])}" if lines is not None and row >= 0 else str(dataset.source)
-    raise TrainingError(f"{where}: the model scored this document {float(scores[b, j])} (its features are "
-                        "too large for the model's arithmetic, or the weights are not finite)")
+    raise _NonFiniteScore(where, float(scores[b, j]))
 
 
 def predict_scores(model: nn.Module | RankingModel, dataset: Any, *, batch_size: int = 256) -> np.ndarray:
@@ -277,6 +286,55 @@ def _diverged(config: Config, what: str, epoch: int, step: int) -> str:
     """The message of a run that diverged at 0-based ``epoch`` and ``step``."""
     return (f"{what} at epoch {epoch + 1}, step {step + 1} (optimizer.lr={config.optimizer.lr:g}); "
             "try a smaller optimizer.lr or training.grad_clip")
+
+
+@contextlib.contextmanager
+def _scoring_after(config: Config, epoch: int) -> Iterator[None]:
+    """Evaluation of the weights of 0-based ``epoch``: a non-finite score there names the epoch and the
+    learning rate too, since weights that grew huge without overflowing (a diverging run) score finite
+    features as inf as surely as features too large for the model do."""
+    try:
+        yield
+    except _NonFiniteScore as err:
+        raise TrainingError(f"the weights of epoch {epoch + 1} scored {err.where} {err.score}: the run "
+                            f"diverged (optimizer.lr={config.optimizer.lr:g}; try a smaller optimizer.lr or "
+                            "training.grad_clip), or that document's features are too large for the "
+                            "model's arithmetic") from None
+
+
+_OWN_TMP = re.compile(r"\..+\.[0-9a-f]{16}\.tmp")  # smoothrank._atomic's temporary files
+
+
+def _data_shapes(splits: Mapping[str, Any]) -> dict[str, list[int]]:
+    """(documents, queries, features) per split: what a resume checks the data against."""
+    return {name: [int(ds.n_docs), int(ds.n_queries), int(ds.n_features)] for name, ds in splits.items()}
+
+
+def _check_resumed_data(state: Mapping[str, Any], splits: Mapping[str, Any], run_path: Path) -> None:
+    """Refuse to resume on data of another shape than the run's (a checkpoint from before
+    2026-11-25 recorded none: only its model's input width is checked, by loading it)."""
+    saved = state.get("data")
+    if not isinstance(saved, Mapping):
+        return
+    now = _data_shapes(splits)
+    for name in sorted(set(saved) | set(now)):
+        if name not in now or name not in saved:
+            where = "now has" if name in now else "no longer has"
+            raise ConfigError(f"--resume: the run in {run_path} was trained with other splits: the data "
+                              f"{where} a {name} split")
+        if list(saved[name]) != now[name]:
+            (d0, q0, f0), (d1, q1, f1) = saved[name], now[name]
+            raise ConfigError(f"--resume: data.{name} has changed since the run in {run_path} started "
+                              f"({d0} documents, {q0} queries, {f0} features then; {d1}, {q1}, {f1} now); "
+                              "resume on the run's data, or start a new run elsewhere")
+
+
+def _saved_config_changes(run_path: Path, config: Config, *, paths: bool) -> str:
+    """How ``config`` differs from the ``config.yaml`` a run wrote before its first checkpoint."""
+    from smoothrank.training.config import load_config
+
+    saved = load_config(run_path / CONFIG_FILE)
+    return _config_changes({"config": _comparable(saved)}, config, paths=paths)
 
 
 def _labels_vary(dataset: Any) -> np.ndarray:
@@ -485,7 +543,11 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
     state = None
     if resume and not checkpoint_path.is_file() and (run_path / CONFIG_FILE).is_file():
         # Interrupted before the first epoch's checkpoint: nothing to resume, start from epoch 1 (the
-        # message after the interruption told the user to pass --resume).
+        # message after the interruption told the user to pass --resume), with the run's own settings.
+        changes = _saved_config_changes(run_path, config, paths=splits is None)
+        if changes:
+            raise ConfigError(f"--resume: the configuration differs from the one of the run in {run_path} "
+                              f"({changes}); give the run's settings, or start a new run elsewhere")
         resume = False
     if resume:
         if not checkpoint_path.is_file():
@@ -498,7 +560,8 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         held.enter_context(folder_lock(run_path, "a training run"))  # before touching its files
         # A run killed while writing leaves a hidden temporary file; the previous file is intact.
         for stale_tmp in run_path.glob(".*.tmp"):
-            stale_tmp.unlink()
+            if _OWN_TMP.fullmatch(stale_tmp.name) and stale_tmp.is_file():  # never a user's own file
+                stale_tmp.unlink()
     elif checkpoint_path.exists():
         raise ConfigError(f"{run_path} already holds a run; pass --resume to continue it or choose another "
                           "output.run_dir")
@@ -514,8 +577,14 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         if dataset.n_features != n_features:
             raise ConfigError(f"data.{name}: {dataset.n_features} features, but the training split "
                               f"has {n_features}")
+    if state is not None:
+        _check_resumed_data(state, splits, run_path)
 
     _warn_unrankable(splits, config.evaluation.select_by)
+    if config.training.list_size == 1 and (loss_fn is not None or config.loss.name != "rmse"):
+        warnings.warn("training.list_size=1: every training list holds one document, so a ranking loss is "
+                      "constant and the model does not learn (only a pointwise loss such as rmse does)",
+                      TrainingWarning, stacklevel=2)
     _check_gains(splits, config, custom_loss=loss_fn is not None)
     if "valid" not in splits and config.training.early_stopping_patience is not None:
         warnings.warn("training.early_stopping_patience: there is no validation split (data.valid) to stop "
@@ -533,6 +602,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
 
     previous_threads = torch.get_num_threads()
     previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    previous_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     if config.training.num_threads is not None:
         torch.set_num_threads(config.training.num_threads)
     if config.training.deterministic:
@@ -566,7 +636,10 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         select = config.evaluation.select_by
         epochs = config.training.epochs
         steps = math.ceil(train_set.n_queries / config.training.batch_size)
-        progress = _Progress(epochs, start_epoch, steps, quiet=quiet, desc=config.loss.name, metric=select)
+        # A custom loss_fn is named as itself, not as the config's (unused) loss.name.
+        loss_name = config.loss.name if loss_fn is None else getattr(loss_fn, "__name__", "loss_fn")
+        progress = _Progress(epochs, start_epoch, steps, quiet=quiet, metric=select,
+                             desc=f"{loss_name} [{config.evaluation.convention}]")
         try:
             for epoch in range(start_epoch, epochs):
                 if stopped:
@@ -594,7 +667,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                         raise TrainingError(_diverged(config, "the model's scores became infinite or NaN",
                                                       epoch, step)) from None
                     if not torch.isfinite(value):
-                        raise TrainingError(_diverged(config, f"the loss {config.loss.name!r} became "
+                        raise TrainingError(_diverged(config, f"the loss {loss_name!r} became "
                                                       f"{value.item()}", epoch, step))
                     optimizer.zero_grad(set_to_none=True)
                     value.backward()
@@ -612,14 +685,17 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                 row: dict[str, Any] = {"epoch": epoch + 1, "lr": lr, "loss": total / max(count, 1)}
                 train_metric = None
                 if schedule.needs_train_metric:
-                    train_metric = evaluate_model(model, train_set, metrics=[config.schedule.metric],
-                                                  convention=config.evaluation.convention,
-                                                  batch_size=config.evaluation.batch_size)[config.schedule.metric]
+                    with _scoring_after(config, epoch):
+                        train_metric = evaluate_model(
+                            model, train_set, metrics=[config.schedule.metric],
+                            convention=config.evaluation.convention,
+                            batch_size=config.evaluation.batch_size)[config.schedule.metric]
                     row[f"train_{config.schedule.metric}"] = train_metric
                 if valid_set is not None:
-                    valid = evaluate_model(model, valid_set, metrics=config.evaluation.metrics,
-                                           convention=config.evaluation.convention,
-                                           batch_size=config.evaluation.batch_size)
+                    with _scoring_after(config, epoch):
+                        valid = evaluate_model(model, valid_set, metrics=config.evaluation.metrics,
+                                               convention=config.evaluation.convention,
+                                               batch_size=config.evaluation.batch_size)
                     row.update({f"valid_{k}": v for k, v in valid.items()})
                     current = valid[select]
                 else:
@@ -648,7 +724,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                     "epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "schedule": schedule.state_dict(), "best_state": best_state, "best_value": best_value,
                     "best_epoch": best_epoch, "stale": stale, "stopped": stopped, "history": history,
-                    "config": _comparable(config), "version": __version__,
+                    "config": _comparable(config), "version": __version__, "data": _data_shapes(splits),
                 })
                 if writer is not None:
                     for key, val in row.items():
@@ -670,8 +746,9 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         metric_names = config.evaluation.metrics
         kwargs = {"metrics": metric_names, "convention": config.evaluation.convention,
                   "batch_size": config.evaluation.batch_size}
-        valid_metrics = evaluate_model(model, valid_set, **kwargs) if valid_set is not None else {}
-        test_metrics = evaluate_model(model, test_set, **kwargs) if test_set is not None else {}
+        with _scoring_after(config, best_epoch - 1):
+            valid_metrics = evaluate_model(model, valid_set, **kwargs) if valid_set is not None else {}
+            test_metrics = evaluate_model(model, test_set, **kwargs) if test_set is not None else {}
         save_model(run_path / MODEL_FILE, model, config=config, n_features=n_features,
                    transform_state=transform.state_dict() if transform is not None else None,
                    metadata={"best_epoch": best_epoch, "valid": valid_metrics}, index_base=index_base)
@@ -684,4 +761,4 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                            valid_metrics=valid_metrics, test_metrics=test_metrics, run_dir=run_path)
     finally:
         torch.set_num_threads(previous_threads)
-        torch.use_deterministic_algorithms(previous_deterministic)
+        torch.use_deterministic_algorithms(previous_deterministic, warn_only=previous_warn_only)
