@@ -20,7 +20,7 @@ import math
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -78,9 +78,11 @@ def blocking_file(folder: Path) -> Path | None:
     return None
 
 
-def check_destination(path: str | os.PathLike[str], option: str | None = None) -> Path:
+def check_destination(path: str | os.PathLike[str], option: str | None = None, *,
+                      inputs: Mapping[str, str | os.PathLike[str]] | None = None) -> Path:
     """``path`` as a Path, or a :class:`SmoothrankError` naming it (and ``option``, e.g. ``"--out"``)
-    if :func:`atomic_writer` cannot write it: empty, a directory, or in a folder that does not exist.
+    if :func:`atomic_writer` cannot write it: empty, a directory, or in a folder that does not exist;
+    or if it is one of the command's ``inputs`` (``{"DATA": path}``), which the write would replace.
 
     The writer itself would fail too, but with errors that name its temporary file; callers taking
     a path from the user check it first, before any expensive work.
@@ -93,6 +95,10 @@ def check_destination(path: str | os.PathLike[str], option: str | None = None) -
     mode = _mode(out)
     if mode is not None and stat.S_ISDIR(mode):
         raise SmoothrankError(f"{prefix}{out} is a directory, not a file")
+    for name, source in (inputs or {}).items():
+        if mode is not None and _same_file(out, Path(source)):
+            raise SmoothrankError(f"{prefix}{out} is the {name} file this command reads; writing the "
+                                  "output there would destroy it")
     folder = out.parent
     folder_mode = _mode(folder)
     if mode is None and (folder_mode is None or not stat.S_ISDIR(folder_mode)):
@@ -101,6 +107,13 @@ def check_destination(path: str | os.PathLike[str], option: str | None = None) -
                else f"the folder {folder} does not exist")
         raise SmoothrankError(f"{prefix}cannot write {out}: {why}")
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # b missing or unreadable: its own command reports it
+        return False
 
 
 def _with_path(err: OSError, path: Path) -> OSError:

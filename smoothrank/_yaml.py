@@ -42,20 +42,43 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# PyYAML follows YAML 1.1, where a float needs a dot: `lr: 1e-3` is the *string* "1e-3" (which a
-# loss option refuses, and which fingerprints differently from 0.001). Read floats as YAML 1.2 does.
-# The resolver lists are copied first: add_implicit_resolver would append to SafeLoader's own.
+# PyYAML follows YAML 1.1: a float needs a dot (`lr: 1e-3` is the *string* "1e-3", which a loss
+# option refuses and which fingerprints differently from 0.001), `010` is octal 8 and `1:30` is
+# base-60 90 (`training.epochs=1:30` trained 90 epochs). Numbers are read as YAML 1.2's core schema
+# reads them: decimal (leading zeros allowed, `_` separators kept from 1.1), 0o octal, 0x hex, and
+# floats with or without a dot; base 60 and 1.1's `0` octal and `0b` binary are strings (which a
+# number option refuses, naming the key). The resolver lists are copied first, without 1.1's int
+# and float resolvers: add_implicit_resolver would append to SafeLoader's own.
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _UniqueKeyLoader.yaml_implicit_resolvers = {
-    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
+    _INT_TAG, re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*)$"), list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT_TAG,
     re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                   |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+                   |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                    |[-+]?\.(?:inf|Inf|INF)
                    |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    if text.startswith(("0o", "0x")):
+        return int(text, 0)
+    return int(text, 10)  # "010" is ten, not 1.1's octal eight
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    text = str(loader.construct_scalar(node)).replace("_", "").lower()
+    return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+
+
+_UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
+_UniqueKeyLoader.add_constructor(_FLOAT_TAG, _construct_float)
 
 
 def safe_load(text: str, *, name: str | None = None) -> Any:

@@ -500,3 +500,85 @@ def test_predict_names_the_models_index_base_only_for_index_errors(folds, model,
     zero.write_text(lines[0].replace(" 1:", " 0:", 1) + "\n")
     assert main(["predict", str(model), str(zero), "--out", str(tmp_path / "z.pred")]) == 2
     assert "feature indices of the model's training file, which start at 1" in _error(capsys)
+
+
+# --- found by a fuzz audit of the CLI (2026-11-25) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["DATA", "MODEL"])
+def test_predict_refuses_to_write_over_its_own_input(folds, model, tmp_path, capsys, which):
+    # `--out` equal to the data file replaced the LETOR data by scores, exit 0 (the model file alike).
+    import shutil
+
+    data, model_copy = tmp_path / "victim.txt", tmp_path / "victim.pt"
+    shutil.copy(folds / "test.txt", data)
+    shutil.copy(model, model_copy)
+    out = data if which == "DATA" else model_copy
+    before = out.read_bytes()
+    assert main(["predict", str(model_copy), str(data), "--out", str(out)]) == 2
+    assert f"--out: {out} is the {which} file this command reads" in _error(capsys)
+    assert out.read_bytes() == before
+    os.link(out, tmp_path / "hard")  # the same file under another name
+    assert main(["predict", str(model_copy), str(data), "--out", str(tmp_path / "hard")]) == 2
+    assert f"is the {which} file" in _error(capsys)
+
+
+def test_predict_refuses_a_bad_trec_tag_before_scoring(folds, model, tmp_path, capsys, monkeypatch):
+    from smoothrank.training import artifact
+
+    monkeypatch.setattr(artifact, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "run.trec"
+    assert main(["predict", str(model), str(folds / "test.txt"), "--out", str(out), "--format", "trec",
+                 "--tag", "a b"]) == 2
+    assert "--tag 'a b' is empty or contains whitespace" in _error(capsys) and not out.exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["figure1", "--temperature", "inf"], "--temperature: expected a positive finite number"),
+    (["figure2", "--temperatures", "0.1,inf"], "--temperatures: expected positive finite numbers"),
+    (["softrank", "--sigma", "inf"], "--sigma: expected a positive finite number"),
+])
+def test_plot_refuses_infinite_parameters_naming_the_option(tmp_path, capsys, args, message):
+    assert main(["plot", *args, "--out", str(tmp_path / "f.png")]) == 2
+    assert message in _error(capsys) and not (tmp_path / "f.png").exists()
+
+
+def test_experiment_out_or_reuse_that_is_a_file_names_the_option(folds, tmp_path, capsys):
+    from conftest import two_method_spec
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(two_method_spec(folds, gbdt=[])))
+    for extra in ([], ["--dry-run"]):
+        assert main(["experiment", str(spec), "--out", str(spec), *extra]) == 2
+        assert f"--out: {spec} is not a directory" in _error(capsys)  # was "File exists: ..."
+    assert main(["experiment", str(spec), "--out", str(tmp_path / "o"), "--reuse", str(spec)]) == 2
+    assert f"--reuse {spec}: not a folder" in _error(capsys)  # was "no such folder"
+
+
+def test_training_data_without_features_names_the_file(tmp_path, capsys):
+    data = tmp_path / "nofeatures.txt"
+    data.write_text("0 qid:1\n1 qid:1\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"train": str(data)}, "model": {"kind": "linear"},
+                                      "training": {"epochs": 1}}))
+    assert main(["train", str(config), "--quiet", "--run-dir", str(tmp_path / "run")]) == 2
+    assert f"data.train ({data}): no feature columns" in _error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("override", "problem"), [
+    ("training.epochs=1:30", "training.epochs: expected a number, not a string"),  # YAML 1.1: 90
+    ("optimizer.lr=0b1", "optimizer.lr: expected a number, not a string"),  # YAML 1.1: 1
+])
+def test_yaml_1_1_base_60_and_binary_numbers_are_not_numbers(folds, tmp_path, capsys, override, problem):
+    assert main(["train", str(_config(tmp_path / "c.yaml", folds, tmp_path / "run")), override]) == 2
+    assert problem in _error(capsys) and not (tmp_path / "run").exists()
+
+
+def test_yaml_numbers_follow_yaml_1_2():
+    from smoothrank._yaml import safe_load
+
+    read = safe_load("a: 010\nb: 0o17\nc: 0x1F\nd: 1_000\ne: 1e-3\nf: -.5\ng: .inf\nh: 1:30\ni: 0x_\n")
+    assert read == {"a": 10, "b": 15, "c": 31, "d": 1000, "e": 0.001, "f": -0.5, "g": float("inf"),
+                    "h": "1:30", "i": "0x_"}  # 1.1 read 010 as 8 and 1:30 as 90
+    assert all(type(read[k]) is int for k in "abcd") and all(type(read[k]) is float for k in "efg")

@@ -76,6 +76,11 @@ def run(args: Any) -> int:
     check_sources(args.reuse)  # before anything is written to --out
     args.workers = _workers(args.workers, spec.num_threads)
     out = Path(args.out) if args.out is not None else Path("runs") / "experiments" / spec.name
+    from smoothrank._atomic import blocking_file
+
+    blocker = blocking_file(out)  # else mkdir's bare "File exists", naming no option
+    if blocker is not None:
+        raise CLIError(f"--out: {blocker} is not a directory")
     if args.dry_run:
         from smoothrank.experiments.ensemble import ensemble_state, plan_ensembles
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from smoothrank.cli import CLIError
@@ -12,8 +13,8 @@ def _temperatures(text: str) -> list[float]:
         values = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise CLIError(f"--temperatures: expected comma-separated numbers, got {text!r}") from None
-    if not values or any(not v > 0 for v in values):
-        raise CLIError(f"--temperatures: expected positive numbers, got {text!r}")
+    if not values or any(not 0 < v < math.inf for v in values):
+        raise CLIError(f"--temperatures: expected positive finite numbers, got {text!r}")
     return values
 
 
@@ -84,14 +85,14 @@ def run(args: Any) -> int:
     if not needs_source and args.source is not None:
         raise CLIError(f"plot {args.figure}: takes no source argument (got {args.source!r})")
     if args.figure == "figure1":
-        if not args.temperature > 0:
-            raise CLIError(f"--temperature: expected a positive number, got {args.temperature}")
+        if not 0 < args.temperature < math.inf:
+            raise CLIError(f"--temperature: expected a positive finite number, got {args.temperature}")
         plots.neuralndcg_figure1(args.out, temperature=args.temperature)
     elif args.figure == "figure2":
         plots.neuralndcg_figure2(args.out, temperatures=_temperatures(args.temperatures))
     elif args.figure == "softrank":
-        if not args.sigma > 0:
-            raise CLIError(f"--sigma: expected a positive number, got {args.sigma}")
+        if not 0 < args.sigma < math.inf:
+            raise CLIError(f"--sigma: expected a positive finite number, got {args.sigma}")
         plots.softrank_figure(args.out, sigma=args.sigma)
     elif args.figure == "curves":
         plots.training_curves(args.source, args.out)

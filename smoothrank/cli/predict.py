@@ -29,10 +29,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from smoothrank._atomic import check_destination
     from smoothrank.data import load_letor, write_predictions, write_trec_run
+    from smoothrank.data.writers import check_trec_tag
     from smoothrank.errors import DataFormatError
     from smoothrank.training.artifact import load_model
 
-    check_destination(args.out, "--out")  # before the model and the data are read
+    # Before the model and the data are read: a bad destination (or the input itself) or tag.
+    check_destination(args.out, "--out", inputs={"MODEL": args.model, "DATA": args.data})
+    if args.format == "trec":
+        check_trec_tag(args.tag, "--tag")
     loaded = load_model(args.model)
     if args.n_features is not None and args.n_features < 1:
         raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")

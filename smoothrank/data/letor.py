@@ -607,7 +607,8 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
         fail(index > MAX_INFERRED_FEATURES,
              f"feature index in {{tok}} is above {MAX_INFERRED_FEATURES}, the largest read without "
              "n_features (features are stored dense: n_docs x n_features float32); pass "
-             "n_features=<feature count> to confirm a file this wide")
+             "n_features=<feature count> (--n-features on the command line, data.n_features in a "
+             "training config) to confirm a file this wide")
     index = index.astype(np.int64)
     if not np.all(np.isfinite(values)):
         fail(~np.isfinite(values), "non-finite feature value in {tok}")

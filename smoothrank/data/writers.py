@@ -62,6 +62,11 @@ def write_predictions(path: str | os.PathLike[str], scores: object, *,
         handle.write("".join(s + "\n" for s in _format(array)).encode())
 
 
+def check_trec_tag(tag: str, what: str = "tag") -> None:
+    """Refuse a TREC run tag the file could not hold (empty, or with whitespace)."""
+    _check_token(tag, what)
+
+
 def _check_token(value: str, what: str) -> None:
     if not value or _WHITESPACE.search(value):
         # LETOR and TREC lines are split on whitespace: such a token would not read back.

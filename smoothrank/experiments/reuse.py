@@ -72,7 +72,8 @@ def check_sources(sources: Sequence[str | Path]) -> list[Path]:
     roots = [Path(s) for s in sources]
     for root in roots:
         if not root.is_dir():
-            raise SmoothrankError(f"--reuse {root}: no such folder")
+            why = "not a folder" if root.exists() else "no such folder"
+            raise SmoothrankError(f"--reuse {root}: {why}")
         if not (root / "runs").is_dir():
             raise SmoothrankError(f"--reuse {root}: not an experiment output folder (it has no runs/ folder)")
     return roots

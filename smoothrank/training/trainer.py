@@ -572,6 +572,9 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
     if "train" not in splits:
         raise ConfigError("data: a training split is required")
     n_features = splits["train"].n_features
+    if n_features == 0:  # else the model builder's "n_features: expected a positive count"
+        raise ConfigError(f"data.train ({splits['train'].source}): no feature columns (no line has an "
+                          "index:value pair); a model needs at least one feature")
     index_base = splits["train"].index_base  # predict reads data files with the same base
     for name, dataset in splits.items():
         if dataset.n_features != n_features:
