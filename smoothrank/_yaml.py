@@ -16,7 +16,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode
 
-__all__ = ["safe_load"]
+__all__ = ["safe_dump", "safe_load"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -54,12 +54,13 @@ _UniqueKeyLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _UniqueKeyLoader.add_implicit_resolver(
-    _INT_TAG, re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*)$"), list("-+0123456789"))
+    _INT_TAG, re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*)$"),
+    list("-+0123456789"))
 _UniqueKeyLoader.add_implicit_resolver(
     _FLOAT_TAG,
     re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                   |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?\.(?:inf|Inf|INF)
                    |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
@@ -67,18 +68,50 @@ _UniqueKeyLoader.add_implicit_resolver(
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     text = str(loader.construct_scalar(node)).replace("_", "")
-    if text.startswith(("0o", "0x")):
-        return int(text, 0)
-    return int(text, 10)  # "010" is ten, not 1.1's octal eight
+    try:
+        return int(text, 0) if text.startswith(("0o", "0x")) else int(text, 10)  # "010" is ten
+    except ValueError:
+        # An explicit `!!int 0b1` (or `1:30`) is read as YAML 1.1 reads it; what no rule reads (or
+        # an integer too long to convert) is an error naming the line, not a traceback.
+        return _yaml_1_1(loader, node, yaml.SafeLoader.construct_yaml_int)
 
 
 def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
     text = str(loader.construct_scalar(node)).replace("_", "").lower()
-    return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+    try:
+        return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+    except ValueError:
+        return _yaml_1_1(loader, node, yaml.SafeLoader.construct_yaml_float)
+
+
+def _yaml_1_1(loader: yaml.SafeLoader, node: yaml.ScalarNode, construct: Any) -> Any:
+    try:
+        return construct(loader, node)
+    except ValueError:
+        raise ConstructorError(None, None, f"{node.value!r} is not a number for {node.tag}",
+                               node.start_mark) from None
 
 
 _UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
 _UniqueKeyLoader.add_constructor(_FLOAT_TAG, _construct_float)
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes every string either YAML version would read as something else: a
+    string ``"09"`` or ``"-.5"`` (plain under YAML 1.1's rules) would load back as a number here,
+    and ``"1:30"`` (plain under 1.2's) as one in other YAML 1.1 readers."""
+
+
+_Dumper.yaml_implicit_resolvers = {
+    first: [*yaml.SafeDumper.yaml_implicit_resolvers.get(first, []),
+            *_UniqueKeyLoader.yaml_implicit_resolvers.get(first, [])]
+    for first in set(yaml.SafeDumper.yaml_implicit_resolvers) | set(_UniqueKeyLoader.yaml_implicit_resolvers)}
+
+
+def safe_dump(data: Any, **options: Any) -> str:
+    """``yaml.safe_dump(data)`` whose output :func:`safe_load` (and any YAML 1.1 reader) reads back
+    as ``data``."""
+    return yaml.dump(data, Dumper=_Dumper, **options)
 
 
 def safe_load(text: str, *, name: str | None = None) -> Any:

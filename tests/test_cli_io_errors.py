@@ -582,3 +582,45 @@ def test_yaml_numbers_follow_yaml_1_2():
     assert read == {"a": 10, "b": 15, "c": 31, "d": 1000, "e": 0.001, "f": -0.5, "g": float("inf"),
                     "h": "1:30", "i": "0x_"}  # 1.1 read 010 as 8 and 1:30 as 90
     assert all(type(read[k]) is int for k in "abcd") and all(type(read[k]) is float for k in "efg")
+
+
+def test_a_runs_config_yaml_reads_back_with_number_like_strings(folds, tmp_path, capsys, monkeypatch):
+    # A review: config.yaml was dumped by YAML 1.1's rules, which leave "09" and "-.5" plain, and the
+    # YAML 1.2 reader then loaded them as numbers ("output.run_dir: Input should be a valid string").
+    import shutil
+
+    from smoothrank._yaml import safe_dump, safe_load
+
+    strings = {k: k for k in ("09", "0o17", "-.5", "+.5", "1:30", "010", "-0x10", "0b1", "0x_", "true")}
+    assert safe_load(safe_dump(strings)) == strings and yaml.safe_load(safe_dump(strings)) == strings
+    for name in ("test.txt", "train.txt", "vali.txt"):
+        shutil.copy(folds / name, tmp_path / name)
+    config = _config(tmp_path / "c.yaml", folds, "09", train=str(tmp_path / "train.txt"))
+    config.write_text(config.read_text().replace("run_dir: 09", "run_dir: '09'"))  # 1.1 left it plain
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", str(config), "--quiet"]) == 0
+    assert main(["train", str(tmp_path / "09" / "config.yaml"), "--quiet", "--run-dir", "again"]) == 0
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("k: -._", "-._"), ("k: ._", "._"), ("k: +._e5", "+._e5"),  # strings, not a float() traceback
+    ("k: !!int 0b1", 1), ("k: !!int -0x1F", -31), ("k: !!int 1:30", 90), ("k: !!float 1:30.5", 90.5),
+])
+def test_yaml_odd_numbers_and_explicit_tags_read_without_a_traceback(text, value):
+    from smoothrank._yaml import safe_load
+
+    assert safe_load(text) == {"k": value}  # an explicit tag is read as YAML 1.1 reads it
+    with pytest.raises(yaml.YAMLError, match="'abc' is not a number"):
+        safe_load("k: !!int abc")
+
+
+def test_experiment_names_its_default_folder_when_no_out_was_given(folds, tmp_path, capsys, monkeypatch):
+    from conftest import two_method_spec
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(two_method_spec(folds, gbdt=[])))
+    (tmp_path / "runs").write_text("a file where the default folder goes")
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", str(spec), "--dry-run"]) == 2
+    assert ("the default output folder runs/experiments/tiny (give --out): runs is not a directory"
+            in _error(capsys))

@@ -646,3 +646,22 @@ def test_quoted_numbers_and_non_boolean_switches_are_refused(small_letor, tmp_pa
     # Pydantic's lax mode read "3" as 3 and "off" or 0 as False; the docs say a wrong type is an error.
     with pytest.raises(ConfigError, match=rf"{section}\.{key}"):
         make_config(small_letor, tmp_path / "q", **{section: {key: value}})
+
+
+def test_resume_before_the_first_checkpoint_takes_the_runs_own_resolved_config(small_letor, tmp_path):
+    # A review: config.yaml was validated again as a new document, and a resolved gain mapping (its
+    # labels written as strings) failed it, so the run's own unchanged config refused to resume.
+    from smoothrank.training.config import dump_config
+
+    gain = {"gain": {0: 0.0, 1: 1.0, 2: 3.0}}
+    config = make_config(small_letor, tmp_path / "g", loss={"name": "lambda_rank", "options": gain},
+                         training={"epochs": 1})
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / CONFIG_FILE).write_text(dump_config(config))  # what train() writes first
+    assert len(train(config, quiet=True, resume=True).history) == 1
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / CONFIG_FILE).write_text("seed: [unclosed\n")
+    damaged = make_config(small_letor, tmp_path / "h")
+    with pytest.raises(ConfigError, match=r"(?s)^--resume: the run's configuration cannot be read: .*"
+                                          r"config\.yaml: not valid YAML.*delete its folder"):
+        train(damaged, quiet=True, resume=True)

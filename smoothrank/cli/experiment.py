@@ -80,7 +80,8 @@ def run(args: Any) -> int:
 
     blocker = blocking_file(out)  # else mkdir's bare "File exists", naming no option
     if blocker is not None:
-        raise CLIError(f"--out: {blocker} is not a directory")
+        where = "--out" if args.out is not None else f"the default output folder {out} (give --out)"
+        raise CLIError(f"{where}: {blocker} is not a directory")
     if args.dry_run:
         from smoothrank.experiments.ensemble import ensemble_state, plan_ensembles
 

@@ -45,7 +45,8 @@ def _row_blocks(n_rows: int, n_cols: int) -> list[slice]:
 
 def _column_sums(blocks: Any) -> np.ndarray:
     """Sum over rows of float64 blocks, in row order: the same additions, in the same order, as
-    ``np.sum(all_rows, axis=0)``, whose axis-0 sum of a C-ordered array runs row after row."""
+    ``np.sum(all_rows, axis=0)``, whose axis-0 sum of a C-ordered array of two or more columns runs
+    row after row (a single column, or Fortran order, NumPy sums pairwise: the last bit may differ)."""
     total: np.ndarray | None = None
     for block in blocks:
         total = block.sum(axis=0) if total is None else np.vstack([total[None], block]).sum(axis=0)
@@ -58,7 +59,8 @@ class Standardize(Transform):
 
     A constant feature (std 0) is only centred (std taken as 1), so it maps to 0, not NaN.
     Statistics and the arithmetic are float64 (the result float32), computed block by block of rows:
-    the same numbers as on a float64 copy of the split, without making one.
+    the same numbers as on a float64 copy of the split (for C-ordered features of two or more
+    columns; see :func:`_column_sums`), without making one.
     """
 
     def __init__(self) -> None:

@@ -483,4 +483,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def dump_config(config: Config) -> str:
     """The resolved configuration as YAML (every default written out)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    from smoothrank._yaml import safe_dump
+
+    return safe_dump(config.model_dump(mode="json"), sort_keys=False)  # loads back as it was

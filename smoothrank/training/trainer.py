@@ -330,11 +330,23 @@ def _check_resumed_data(state: Mapping[str, Any], splits: Mapping[str, Any], run
 
 
 def _saved_config_changes(run_path: Path, config: Config, *, paths: bool) -> str:
-    """How ``config`` differs from the ``config.yaml`` a run wrote before its first checkpoint."""
-    from smoothrank.training.config import load_config
+    """How ``config`` differs from the ``config.yaml`` a run wrote before its first checkpoint. The
+    file is compared as written (as a checkpoint's config is), not validated again: a resolved
+    config need not pass validation as a new document (a gain mapping's labels are strings there;
+    an older file may hold an inherited schedule option)."""
+    from smoothrank.training.config import read_config_file
 
-    saved = load_config(run_path / CONFIG_FILE)
-    return _config_changes({"config": _comparable(saved)}, config, paths=paths)
+    path = run_path / CONFIG_FILE
+    try:
+        saved = read_config_file(path)
+    except (ConfigError, OSError) as err:
+        raise ConfigError(f"--resume: the run's configuration cannot be read: {err}\n(the run has no "
+                          "checkpoint yet: delete its folder to start it again)") from None
+    saved.pop("output", None)
+    training = saved.get("training")
+    if isinstance(training, dict):  # as _comparable leaves them out
+        saved["training"] = {k: v for k, v in training.items() if k not in ("num_threads", "device")}
+    return _config_changes({"config": saved}, config, paths=paths)
 
 
 def _labels_vary(dataset: Any) -> np.ndarray:
@@ -584,7 +596,8 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         _check_resumed_data(state, splits, run_path)
 
     _warn_unrankable(splits, config.evaluation.select_by)
-    if config.training.list_size == 1 and (loss_fn is not None or config.loss.name != "rmse"):
+    if config.training.list_size == 1 and loss_fn is None and config.loss.name != "rmse":
+        # (A custom loss_fn may be pointwise: not warned of.)
         warnings.warn("training.list_size=1: every training list holds one document, so a ranking loss is "
                       "constant and the model does not learn (only a pointwise loss such as rmse does)",
                       TrainingWarning, stacklevel=2)
