@@ -4,7 +4,8 @@ The same inputs and seed at 1 thread and at ``--threads`` threads; for each oper
 difference of its output and of the gradients it returns, relative to the largest value of each
 tensor (0: bit-identical). This is the
 measurement behind docs/EXPERIMENTS.md's "Reproducibility" section: MLP and GBDT runs on MQ2008
-were identical at 1 and 2 threads, Context-Aware Ranker runs were not.
+were identical at 1 and 2 threads, Context-Aware Ranker runs were not (on the AMD EPYC development
+machine; on an Intel Xeon with AVX-512 the MLP's rows are not 0 either: it depends on the CPU).
 
     .venv/bin/python benchmarks/thread_invariance.py --threads 2
 """

@@ -87,7 +87,7 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
 def _yaml_1_1(loader: yaml.SafeLoader, node: yaml.ScalarNode, construct: Any) -> Any:
     try:
         return construct(loader, node)
-    except ValueError:
+    except (ValueError, IndexError):  # IndexError: an empty value (`!!int`, `!!float ""`)
         raise ConstructorError(None, None, f"{node.value!r} is not a number for {node.tag}",
                                node.start_mark) from None
 

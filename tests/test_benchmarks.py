@@ -40,8 +40,10 @@ CASES = [
     ("bench_neuralsort_precision.py", ["--rounds", "1", "--sizes", "4X8"], ["| neural_ndcg | 4 x 8 |"]),
     ("sinkhorn_convergence.py", ["--sizes", "8", "--iterations", "1,30"],
      ["| n | max_iter | marginal error | loss |", "| 8 | 30 |"]),
+    # the row, not its values: whether the MLP is bit-identical at 1 and 2 threads depends on the CPU
+    # (0 and 0 on the AMD EPYC development machine, 1.8e-8 and 9.1e-7 on an Intel Xeon with AVX-512)
     ("thread_invariance.py", ["--threads", "2"],
-     ["| operation | output | gradients |", "| MLP 128-64, dropout 0.1, 32 lists of 60 | 0 | 0 |"]),
+     ["| operation | output | gradients |", "| MLP 128-64, dropout 0.1, 32 lists of 60 |"]),
     ("profile_loss.py", ["--loss", "neural_ndcg", "--options", "temperature=0.5,k=3", "--batch", "4",
                          "--n", "8", "--calls", "1", "--rows", "5"],
      ["Self CPU time total"]),

@@ -614,6 +614,14 @@ def test_yaml_odd_numbers_and_explicit_tags_read_without_a_traceback(text, value
         safe_load("k: !!int abc")
 
 
+@pytest.mark.parametrize("text", ["k: !!int", "k: !!float", "k: !!int ''", "k: !!float '_'"])
+def test_yaml_explicit_number_tags_on_an_empty_value_are_an_error_naming_the_line(text):
+    from smoothrank._yaml import safe_load
+
+    with pytest.raises(yaml.YAMLError, match=r"(?s)is not a number for tag:yaml.org,2002:.*line 1"):
+        safe_load(text)  # was PyYAML's IndexError traceback
+
+
 def test_experiment_names_its_default_folder_when_no_out_was_given(folds, tmp_path, capsys, monkeypatch):
     from conftest import two_method_spec
 

@@ -627,6 +627,31 @@ def test_one_document_slates_are_warned_of(small_letor, tmp_path, loss, warned):
     assert bool(said) is warned
 
 
+def test_one_document_slates_are_not_warned_of_for_a_custom_loss(small_letor, tmp_path):
+    # A custom loss_fn may be pointwise (it learns from one document): warning of it was a false alarm.
+    import warnings
+
+    from smoothrank.losses import rmse
+    from smoothrank.training.trainer import TrainingWarning
+
+    config = make_config(small_letor, tmp_path / "custom", loss={"name": "list_net"},
+                         training={"epochs": 1, "list_size": 1})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(config, quiet=True, loss_fn=rmse)
+    said = [w for w in caught if issubclass(w.category, TrainingWarning) and "list_size=1" in str(w.message)]
+    assert not said
+
+
+def test_train_result_keeps_its_field_order():
+    # run_dir was moved before valid_metrics once: a positional TrainResult put the metrics in run_dir.
+    from smoothrank.training.trainer import TrainResult
+
+    result = TrainResult(None, 1, 0.5, [], {"ndcg@10": 0.4}, {"ndcg@10": 0.3})
+    assert result.valid_metrics == {"ndcg@10": 0.4} and result.test_metrics == {"ndcg@10": 0.3}
+    assert result.run_dir is None
+
+
 def test_train_restores_the_callers_deterministic_warn_only_setting(small_letor, tmp_path):
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled())

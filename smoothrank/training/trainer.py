@@ -86,9 +86,11 @@ class TrainResult:
     best_epoch: int
     best_value: float
     history: list[dict[str, Any]]
-    run_dir: Path  # the run directory (always written: config, history, model, summary)
     valid_metrics: dict[str, float] = field(default_factory=dict)
     test_metrics: dict[str, float] = field(default_factory=dict)
+    # last, as before, so that positional construction keeps its meaning; ``train`` always sets it
+    # (the run directory it wrote: config, history, model, summary)
+    run_dir: Path | None = None
 
 
 def _epoch_seeds(seed: int, epoch: int) -> tuple[int, int]:
