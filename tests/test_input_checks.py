@@ -589,3 +589,18 @@ def test_labels_on_a_device_they_cannot_leave_are_named_as_such():
         losses.list_net(torch.randn(2, 3), torch.ones(2, 3, device="meta"))
     with pytest.raises(SmoothrankError, match="labels: expected numbers, got list"):
         losses.list_net(torch.randn(2, 3), [["a", "b", "c"]] * 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_metrics_count_ranks_exactly_for_an_explicit_half_precision_dtype(dtype):
+    # dtype=torch.float16 counted ranks in float16: P@2500 of an all-relevant list was 1.001 and
+    # bfloat16's P@300 1.008; an explicit half dtype is widened to float32 as half inputs are.
+    s, y = torch.arange(3000.0).flip(0), torch.ones(3000)
+    assert metrics.precision(s, y, k=2500, dtype=dtype).item() == 1.0
+    assert metrics.precision(s, y, k=300, dtype=dtype).item() == 1.0
+    assert metrics.evaluate(s, y, metrics="p@2500", dtype=dtype)["p@2500"].item() == 1.0
+    at = 2049
+    y = torch.zeros(5000)
+    y[at] = 1
+    rr = metrics.reciprocal_rank(torch.zeros(5000), y, dtype=dtype).item()
+    assert rr == pytest.approx(1 / (at + 1), rel=1e-6)

@@ -102,6 +102,19 @@ def test_ties_need_docno_order_for_trec_eval():
     assert max(diffs) > 1e-3
 
 
+def test_trec_eval_ties_scores_that_differ_only_past_float32():
+    # trec_eval reads run scores as C floats: these two tie there and go by docno ("d9" before "d31"),
+    # while the trec preset orders them in float64 (docs/metrics.md); rounded to float32 they agree.
+    scores, labels, offsets = np.array([-0.1, -0.10000000000000009]), np.array([2.0, 0.0]), np.array([0, 2])
+    qrels, run = {"q": {"d31": 2, "d9": 0}}, {"q": {"d31": scores[0], "d9": scores[1]}}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"P.1", "recip_rank"}).evaluate(run)["q"]
+    assert (theirs["P_1"], theirs["recip_rank"]) == (0.0, 0.5)
+    ours = [evaluate_flat(s, labels, offsets=offsets, convention="trec", doc_ids=["d31", "d9"],
+                          metrics="p@1,mrr") for s in (scores, scores.astype(np.float32))]
+    assert (ours[0]["p@1"].item(), ours[0]["mrr"].item()) == (1.0, 1.0)
+    assert (ours[1]["p@1"].item(), ours[1]["mrr"].item()) == (0.0, 0.5)
+
+
 def test_ir_measures_and_ranx_means():
     scores, labels, offsets = random_queries(5, ties=False)
     qrels, run, doc_ids = trec_inputs(scores, labels, offsets)

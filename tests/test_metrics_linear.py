@@ -197,3 +197,21 @@ def test_float64_sums_run_on_the_cpu_for_a_device_without_float64():
     assert _float64_device(torch.device("mps")) == torch.device("cpu")  # MPS has no float64
     assert _float64_device(torch.device("cpu")) == torch.device("cpu")
     assert _float64_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+
+
+def test_dcg_error_of_float32_inputs_is_summed_in_float64():
+    # DCG^beta_ideal - DCG^beta of a near-ideal ranking cancels two sums of order n^2 * max label:
+    # in float32 (the default for float32 inputs) 20,000 items with one misordered adjacent pair
+    # gave 64 (and 100,000 gave -1024) for the theorem's R(f) = 1, while pairwise_error, summed in
+    # float64, gave 1. Two labels of 3e38 overflowed the float32 sums: inf - inf = NaN.
+    rng = np.random.default_rng(0)
+    n = 20_000
+    y = np.sort(rng.integers(0, 5, n).astype(np.float32))[::-1].copy()
+    i = int(np.where(np.diff(y) < 0)[0][-1])
+    y[i], y[i + 1] = y[i + 1], y[i]  # one misordered pair, label difference 1
+    s = -np.arange(n, dtype=np.float32)  # tie-free, ranks in input order
+    got = dcg_error(torch.from_numpy(s), torch.from_numpy(y))
+    assert got.dtype == torch.float32
+    assert got.item() == pairwise_error(s, y).item() == dcg_error(s, y, dtype=F64).item() == 1.0
+    big = dcg_error(np.float32([3.0, 2.0, 1.0]), np.float32([3e38, 3e38, 0.0]), reduction="none")
+    assert big.item() == 0.0  # the ideal order: no error, not NaN

@@ -55,7 +55,11 @@ def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> t
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise SmoothrankError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
         # evaluate's default float64 on a device without it (Apple's MPS): its widest, float32
-        return wide_dtype(torch.float32, scores.device) if dtype == torch.float64 else dtype
+        if dtype == torch.float64:
+            return wide_dtype(torch.float32, scores.device)
+        # Half precision cannot count ranks (below): an explicit float16/bfloat16 is widened too
+        # (precision(..., k=2500, dtype=torch.float16) of an all-relevant list was 1.001).
+        return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     # Follow the inputs; float64 wins so that exact inputs are never rounded. Half precision is
     # widened to float32: it cannot even count ranks past 256 (bfloat16) or 2048 (float16).
     # Integer scores (timestamps, counts) are exact too: float64 where the device has it, since
