@@ -454,3 +454,54 @@ def test_a_byte_order_mark_in_a_query_file_and_a_bom_mid_file(tmp_path):
     joined = _write(tmp_path, b"1 qid:1 1:1\n" + _BOM + b"0 qid:1 1:2\n", "joined.txt")
     with pytest.raises(DataFormatError, match=r"joined\.txt:2: "):
         load_letor(joined, cache=False)
+
+
+def test_writers_refuse_a_qid_that_names_two_query_lists(tmp_path):
+    # An audit found a subset repeating a query (a bootstrap sample) written by write_letor as one
+    # qid's 2n lines, read back as ONE list, and TREC files with every (qid, docid) twice, although
+    # the TREC writers refuse a docid repeated within a query; concat_datasets of files numbered
+    # "0", "1", ... by .query side files gives the same.
+    from smoothrank.data import concat_datasets
+
+    ds = Dataset.from_arrays(np.arange(6, dtype=np.float32).reshape(3, 2), np.array([1.0, 0.0, 2.0]),
+                             ["a", "a", "b"], doc_ids=["x", "y", "z"], source="f.txt")
+    message = r"^f\.txt: qid 'a' names two query lists \(queries 0 and 1, from lines 1 and 1\)"
+    boot = ds.subset([0, 0])
+    with pytest.raises(SmoothrankError, match=message):
+        write_letor(tmp_path / "boot.txt", boot)
+    with pytest.raises(SmoothrankError, match=message):
+        write_trec_run(tmp_path / "boot.run", boot, np.arange(4.0))
+    with pytest.raises(SmoothrankError, match=message):
+        write_qrels(tmp_path / "boot.qrels", boot)
+    both = concat_datasets([ds, ds.subset([1])], source="f.txt")  # 'b' twice, not adjacent to each other
+    with pytest.raises(SmoothrankError, match=r"qid 'b' names two query lists \(queries 1 and 2"):
+        write_letor(tmp_path / "both.txt", both)
+    assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file
+    write_letor(tmp_path / "ok.txt", ds.subset([1, 0]))  # distinct qids in any order are fine
+    assert load_letor(tmp_path / "ok.txt", cache=False).list_sizes.tolist() == [1, 2]
+
+
+def test_parse_letor_reads_input_for_the_strict_parser_in_chunks(monkeypatch):
+    # An audit found parse_letor handing the strict parser all of its input's lines at once (one
+    # Python bytes object per line and per token: 1.2 GB for 58 MB of MSLR text), where load_letor
+    # reads a file 16 MiB at a time as docs/data.md says.
+    seen = []
+    real = letor._parse_lines
+
+    def spy(chunks, **context):
+        def counted():
+            for lines in chunks:
+                seen.append(len(lines))
+                yield lines
+        return real(counted(), **context)
+
+    monkeypatch.setattr(letor, "_parse_lines", spy)
+    monkeypatch.setattr(letor, "_CHUNK_BYTES", 64)
+    text = b"".join(b"%d qid:%d 2:%d 1:0.5\n" % (i % 3, i // 4, i) for i in range(40))  # unsorted: strict
+    ds = parse_letor(text)
+    assert len(seen) > 5 and max(seen) < 10 and sum(seen) == 40
+    assert ds.n_docs == 40 and ds.n_queries == 10
+    np.testing.assert_array_equal(ds.features[:, 1], np.arange(40, dtype=np.float32))
+    np.testing.assert_array_equal(ds.line_numbers, np.arange(1, 41))
+    with pytest.raises(DataFormatError, match=r"^<bytes>:38: non-finite feature value in '1:nan'"):
+        parse_letor(text.replace(b"2:37 1:0.5", b"2:37 1:nan"))

@@ -139,3 +139,13 @@ def test_load_splits_refuses_what_the_training_config_refuses(section, message):
     assert message in str(info.value)
     with pytest.raises(SmoothrankError):
         config_from_dict({"data": section})
+
+
+def test_only_index_base_errors_of_a_split_mention_the_training_files_index_base(tmp_path):
+    # An audit found every error of data.valid/test suffixed "(data.valid is read with the feature
+    # indices of data.train, which start at 1)", a NaN or a bad label too, where that is no cause.
+    (tmp_path / "train.txt").write_text("1 qid:1 1:1 2:5\n0 qid:1 2:6\n")
+    (tmp_path / "nan.txt").write_text("1 qid:2 1:nan 2:7\n")
+    with pytest.raises(DataFormatError) as info:
+        datasets.load_splits({"train": str(tmp_path / "train.txt"), "valid": str(tmp_path / "nan.txt")})
+    assert str(info.value).endswith("nan.txt:1: non-finite feature value in '1:nan'")

@@ -51,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     except DataFormatError as err:
         # The index-base errors (their phrases, not the path, which may hold any word) name
         # zero_based, which the user of predict did not set: say why.
-        phrases = ("(indices are zero-based:", "but zero_based=False (indices start at 1)")
-        if zero_based == "auto" or not any(phrase in str(err) for phrase in phrases):
+        from smoothrank.datasets import INDEX_BASE_PHRASES
+
+        if zero_based == "auto" or not any(phrase in str(err) for phrase in INDEX_BASE_PHRASES):
             raise
         raise DataFormatError(f"{err} (read with the feature indices of the model's training file, which "
                               f"start at {loaded.index_base})") from None

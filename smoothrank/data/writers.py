@@ -88,6 +88,27 @@ def _check_unique_docs(dataset: Dataset) -> None:
                               "document ids per query")
 
 
+def _check_unique_qids(dataset: Dataset) -> None:
+    """Refuse a qid that names two query lists: a LETOR, run or qrels file groups its lines by qid,
+    so two lists under one qid (``concat_datasets`` of files numbered ``"0", "1", ...`` by ``.query``
+    side files, a ``subset`` that repeats a query) would read back as one list, or be refused as
+    interleaved, and a run or qrels file would hold their documents twice under one topic."""
+    qids = dataset.qids
+    order = np.argsort(qids, kind="stable")
+    dup = qids[order][1:] == qids[order][:-1]
+    if dup.any():
+        k = int(np.argmax(dup))
+        first, second = int(order[k]), int(order[k + 1])
+        def line(q: int) -> str:  # the query's first line (an empty query has none)
+            start = int(dataset.offsets[q])
+            return str(dataset.line_numbers[start]) if start < int(dataset.offsets[q + 1]) else "none"
+
+        raise SmoothrankError(f"{dataset.source}: qid {str(qids[first])!r} names two query lists (queries "
+                              f"{first} and {second}, from lines {line(first)} and {line(second)}); a file "
+                              "groups its lines by qid, so they would read back as one list: give each list "
+                              "its own qid first")
+
+
 def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: object, *,
                    tag: str = "smoothrank") -> None:
     """Write a TREC run file: ``qid Q0 docid rank score tag``, ranks from 1 by descending score.
@@ -98,6 +119,7 @@ def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: objec
     """
     array = _scores_array(scores, dataset.n_docs)
     _check_token(tag, "tag")
+    _check_unique_qids(dataset)
     _check_unique_docs(dataset)
     out = []
     for q in range(dataset.n_queries):
@@ -120,6 +142,7 @@ def write_qrels(path: str | os.PathLike[str], dataset: Dataset) -> None:
         i = int(np.argmax(labels != np.round(labels)))
         raise SmoothrankError(f"qrels need integer labels; row {i} (line {dataset.line_numbers[i]}) "
                               f"has {labels[i]}")
+    _check_unique_qids(dataset)
     _check_unique_docs(dataset)
     query_of_row = dataset.query_of_row()
     out = []
@@ -157,6 +180,7 @@ def write_letor(path: str | os.PathLike[str], dataset: Dataset, *, sparse: bool 
             raise SmoothrankError(f"qid {qid!r} contains '#', which starts a comment in a LETOR file")
         if ":" in qid:  # the reader refuses it: the mark of a qid run into a feature token
             raise SmoothrankError(f"qid {qid!r} contains ':', which the LETOR reader refuses in a qid")
+    _check_unique_qids(dataset)
     query_of_row = dataset.query_of_row()
     names = [f"{j + 1}:" for j in range(dataset.n_features)]
     with atomic_writer(path) as handle:

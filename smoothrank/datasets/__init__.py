@@ -111,6 +111,8 @@ def _user_file(path: Path, fold: int, split: str) -> Path:
 
 
 DATA_KEYS = ("train", "valid", "test", "mq2008_fold", "n_features")
+#: Phrases of the reader's messages about a file's feature indices against ``zero_based``.
+INDEX_BASE_PHRASES = ("(indices are zero-based:", "but zero_based=False (indices start at 1)")
 
 
 def data_section_problem(data: Mapping[str, Any]) -> str | None:
@@ -157,7 +159,9 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
         try:
             splits[split] = load_letor(path, n_features=n_features, zero_based=zero_based)
         except DataFormatError as err:
-            if zero_based == "auto":
+            # Only the index-base errors (their phrases, not the path, which may hold any word) are
+            # about zero_based, which the config did not set: a NaN or a bad label is not.
+            if zero_based == "auto" or not any(phrase in str(err) for phrase in INDEX_BASE_PHRASES):
                 raise
             raise DataFormatError(f"{err} (data.{split} is read with the feature indices of data.train, "
                                   f"which start at {splits['train'].index_base})") from None
