@@ -287,7 +287,13 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
                               "use hessian='constant'")
     n_rows, width = scores.shape
     block = _DIAG_BLOCK or max(1, min(width, _DIAG_PAIR_BUDGET // (n_rows * width * width)))
-    return grad.detach(), _hessian_diagonal(grad, scores, block)
+    try:
+        return grad.detach(), _hessian_diagonal(grad, scores, block)
+    except SmoothrankError as err:  # a hand-written first derivative met (smoothrank._autograd)
+        if "not twice differentiable" not in str(err):
+            raise
+        raise SmoothrankError(f"hessian='diagonal': {_loss_name(fn)} is not twice differentiable here; "
+                              "use hessian='constant'") from None
 
 
 def _closed_form_diagonal(fn: Callable[..., Any]) -> Callable[..., torch.Tensor] | None:

@@ -21,8 +21,8 @@ import math
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from smoothrank._autograd import first_derivative_only
 from smoothrank._checks import (
     check_generator,
     check_mask,
@@ -435,7 +435,7 @@ class _SinkhornScaling(torch.autograd.Function):
         return u_out, v_out, err
 
     @staticmethod
-    @once_differentiable
+    @first_derivative_only("Sinkhorn scaling")
     @without_autocast
     def backward(ctx, gu, gv, _gerr):  # type: ignore[override]
         k, us, vs, active = ctx.saved_tensors
@@ -619,7 +619,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
         return value, err
 
     @staticmethod
-    @once_differentiable
+    @first_derivative_only("NeuralNDCG (NeuralSort and Sinkhorn)")
     @without_autocast
     def backward(ctx, gval, _gerr):  # type: ignore[override]
         s, b, coef, rows_f, cols_f, left, right, us, vs, active, u_fin, v_fin = ctx.saved_tensors

@@ -142,6 +142,45 @@ def test_soft_ndcgs_normal_approximation_is_refused_for_the_diagonal(method: str
     assert np.isfinite(grad).all() and np.any(grad != 0) and (hess > 0).all()
 
 
+@pytest.mark.parametrize("options", [{"backend": "torch"}, {"backend": "fft"}, {"backend": "fft", "k": 2},
+                                     {"method": "hybrid", "n_exact": 1, "backend": "torch"},
+                                     {"sinkhorn": True}, {"sinkhorn": True, "backend": "torch"},
+                                     {"method": "normal", "sinkhorn": True}])
+def test_soft_ndcg_on_every_backend_is_refused_for_the_diagonal(options: dict) -> None:
+    """Hand-written backward passes under create_graph: torch.autograd.grad prunes the node that
+    ``once_differentiable`` puts on them, and the contests formed by PyTorch outside SoftRank's
+    Function on the torch and Fourier paths (the GPU default) are differentiated anyway. The
+    diagonal was then up to 10x off the finite differences (0.0051 for 0.0596) on those paths, and
+    all min_hessian with Sinkhorn on the CPU kernels, both silently, where the CPU default refused."""
+    scores, labels = [0.3, -1.2, 0.8, 0.1, 2.0, -0.4], [2.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        boosting_gradients("soft_ndcg", scores, labels, [6], hessian="diagonal", **options)
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        xgboost_objective("soft_ndcg", hessian="diagonal", **options)
+    # Plain autograd: differentiating the gradient raises instead of returning a wrong number.
+    s = torch.tensor([scores], dtype=torch.float64, requires_grad=True)
+    value = losses.soft_ndcg(s, torch.tensor([labels]), **options)
+    (grad,) = torch.autograd.grad(value, s, create_graph=True)
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        torch.autograd.grad(grad[0, 0], s)
+    # First derivatives are unchanged (no graph is recorded without create_graph).
+    grad_1, hess = boosting_gradients("soft_ndcg", scores, labels, [6], hessian="curvature", **options)
+    (plain,) = torch.autograd.grad(losses.soft_ndcg(s, torch.tensor([labels]), reduction="sum", **options), s)
+    np.testing.assert_allclose(grad_1, plain[0].numpy(), rtol=1e-12, atol=0)
+    assert (hess > 0).all()
+
+
+def test_a_loss_built_on_a_hand_written_gradient_refuses_a_second_derivative_in_any_composition() -> None:
+    """NeuralNDCG times RankNet: the incoming gradient of NeuralNDCG's Function has a graph, and
+    once_differentiable's refusal, hung on a detached copy of it, was pruned by autograd.grad: the
+    second derivative silently lacked NeuralNDCG's part."""
+    x = torch.tensor([[0.3, -1.2, 0.8, 0.1, 2.0]], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([[2.0, 0.0, 1.0, 0.0, 1.0]])
+    (grad,) = torch.autograd.grad(losses.neural_ndcg(x, y) * losses.rank_net(x, y), x, create_graph=True)
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        torch.autograd.grad(grad[0, 0], x)
+
+
 def _queries() -> list[slice]:
     ends = SIZES.cumsum()
     return [slice(int(e - n), int(e)) for n, e in zip(SIZES, ends, strict=True)]

@@ -7,6 +7,7 @@ import itertools
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 from reference_neuralndcg import naive_neural_ndcg, naive_sinkhorn
@@ -1030,3 +1031,30 @@ def test_informative_queries_are_what_the_mean_divides_by() -> None:
         losses.informative_queries("rank_net", torch.zeros(2, 3, 4))
     with pytest.raises(ConfigError, match="expected a loss name, a registered loss"):
         losses.informative_queries(lambda s, y, *, mask=None, reduction="mean": s.sum(), labels)
+
+
+@pytest.mark.parametrize("name", [*NAMES, "soft_ndcg"])
+def test_one_query_takes_a_numpy_mask_as_it_takes_a_tensor_mask(name: str) -> None:
+    """1-D inputs are one query, and a numpy bool mask is taken as a tensor: a 1-D numpy mask with
+    a 1-D query was refused ("mask: shape (4,) differs from scores (1, 4)", the scores as given
+    being (4,)), where the 1-D tensor mask and the metrics' numpy mask are taken."""
+    s, y = torch.tensor([0.3, 1.0, -0.5, 2.0]), torch.tensor([1.0, 0, 2, 0])
+    mask = np.array([True, True, False, True])
+    fn = losses.get(name, **({"generator": 0} if name == "list_mle" else {}))
+    tensor_mask = torch.from_numpy(mask)
+    assert torch.equal(fn(s, y, mask=mask, reduction="none"), fn(s, y, mask=tensor_mask, reduction="none"))
+    assert torch.equal(losses.informative_queries(fn, y, mask=mask),
+                       losses.informative_queries(fn, y, mask=tensor_mask))
+
+
+@pytest.mark.parametrize("name", ["rank_net", "lambda_rank"])
+def test_pair_costs_are_exact_in_float64_past_softplus_default_threshold(name: str) -> None:
+    """softplus(x) was taken as x past PyTorch's default threshold 20: a misordered pair 21 apart
+    cost 21.0 in float64 for log(1 + e^21) = 21.000000000758 (an audit), while the gradient was exact."""
+    s = torch.tensor([[0.0, 21.0]], dtype=torch.float64)
+    y = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    one = losses.get(name)(s, y, reduction="sum").item()
+    double = losses.get(name)(torch.cat([s, s + 1.0]), torch.cat([y, y]), reduction="sum").item()
+    assert double == pytest.approx(2 * one, rel=1e-15)  # the pair's cost times its (lambda) weight
+    if name == "rank_net":
+        assert one == pytest.approx(math.log1p(math.exp(21.0)), rel=1e-15)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -57,7 +58,9 @@ def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, T
     if scores.dim() == 1:
         scores = scores.unsqueeze(0)
         labels = labels.unsqueeze(0) if labels.dim() == 1 else labels
-        mask = mask.unsqueeze(0) if isinstance(mask, Tensor) and mask.dim() == 1 else mask
+        # A tensor or a numpy mask, as check_mask takes both (a 1-D numpy mask was refused against the
+        # unsqueezed scores).
+        mask = mask[None] if isinstance(mask, Tensor | np.ndarray) and mask.ndim == 1 else mask
     if scores.dim() != 2:
         raise SmoothrankError(f"scores: expected shape (batch, list_size), got {tuple(scores.shape)}")
     if scores.shape[-1] == 0:

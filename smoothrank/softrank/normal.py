@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from smoothrank import _blocks
+from smoothrank._autograd import first_derivative_only
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.pairwise import check_contest_matrix, contest_block, normal_cdf
 from smoothrank.softrank.rank_binomial import _rank_distributions
@@ -159,7 +159,7 @@ class ContestMoments(torch.autograd.Function):
         return mean, var
 
     @staticmethod
-    @once_differentiable  # a hand-written first derivative: a booster's diagonal Hessian is refused
+    @first_derivative_only("SoftNDCG (its rank distributions)")  # a booster's diagonal Hessian is refused
     def backward(ctx: Any, grad_mean: Tensor, grad_var: Tensor) -> tuple[Tensor | None, None, None]:
         scores, mask = ctx.saved_tensors
         sigma = ctx.sigma
@@ -228,7 +228,7 @@ class NormalFromMoments(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # a hand-written first derivative: a booster's diagonal Hessian is refused
+    @first_derivative_only("SoftNDCG (its rank distributions)")  # a booster's diagonal Hessian is refused
     def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor, Tensor, None, None]:
         mean, var, sd, mask = ctx.saved_tensors
         n_ranks = ctx.n_ranks
@@ -266,7 +266,7 @@ class NormalExpectedDiscount(torch.autograd.Function):
         return torch.where(mask, out, torch.zeros_like(out))
 
     @staticmethod
-    @once_differentiable  # a hand-written first derivative: a booster's diagonal Hessian is refused
+    @first_derivative_only("SoftNDCG (its rank distributions)")  # a booster's diagonal Hessian is refused
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:
         mean, var, sd, mask, steps = ctx.saved_tensors
         batch, n = mean.shape

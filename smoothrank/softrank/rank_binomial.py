@@ -68,6 +68,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from smoothrank._autograd import first_derivative_only
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 from smoothrank.softrank.pairwise import check_contest_matrix, contest_block, pair_mask
@@ -283,6 +284,7 @@ class RankBinomial(torch.autograd.Function):
         return p * cols[..., None].to(p.dtype)
 
     @staticmethod
+    @first_derivative_only("SoftNDCG (its rank distributions)")
     def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         pi, mask, select, *transform = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
@@ -366,12 +368,13 @@ class FusedRankBinomial(torch.autograd.Function):
         return torch.from_numpy(_kernels().fused_forward(s, mask.numpy(), rows.numpy(), sigma, n_ranks))
 
     @staticmethod
+    @first_derivative_only("SoftNDCG (its rank distributions)")
     def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         scores, mask, rows = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None
         g = _kernels().fused_backward(scores.detach().contiguous().numpy(), mask.numpy(), rows.numpy(),
-                                      ctx.sigma, grad_p.contiguous().numpy())
+                                      ctx.sigma, grad_p.detach().contiguous().numpy())
         return torch.from_numpy(g).to(scores.dtype), None, None, None, None
 
 
@@ -433,13 +436,14 @@ class BlockedRankBinomial(torch.autograd.Function):
         return out.mul_(mask[..., None].to(out.dtype))
 
     @staticmethod
+    @first_derivative_only("SoftNDCG (its rank distributions)")
     def backward(ctx: Any, grad_p: Tensor) -> tuple[Tensor | None, None, None, None]:
         scores, mask = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         sigma = ctx.sigma
         batch, n = scores.shape
-        grad_p = grad_p * mask[..., None].to(grad_p.dtype)
+        grad_p = grad_p.detach() * mask[..., None].to(grad_p.dtype)  # read as NumPy
         grad = torch.zeros_like(scores)
         s = scores.detach()
         # d pi_ij / d s_i = exp(-x^2) / (2 sigma sqrt(pi)), x = (s_i - s_j) / (2 sigma)
