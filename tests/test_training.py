@@ -690,3 +690,24 @@ def test_resume_before_the_first_checkpoint_takes_the_runs_own_resolved_config(s
     with pytest.raises(ConfigError, match=r"(?s)^--resume: the run's configuration cannot be read: .*"
                                           r"config\.yaml: not valid YAML.*delete its folder"):
         train(damaged, quiet=True, resume=True)
+
+
+def test_a_runs_config_yaml_with_a_gain_mapping_trains_again(small_letor, tmp_path):
+    # An audit: config.yaml wrote a gain mapping's labels as strings ('0': 0.0), which the gain check
+    # refuses, so `smoothrank train RUN/config.yaml` failed on the run's own resolved config.
+    from smoothrank.training.config import dump_config, load_config
+
+    gain = {"gain": {0: 0.0, 1: 1.0, 2: 3.0}}
+    config = make_config(small_letor, tmp_path / "g", loss={"name": "lambda_rank", "options": gain},
+                         training={"epochs": 1})
+    train(config, quiet=True)
+    again = load_config(tmp_path / "g" / CONFIG_FILE)
+    assert again == config and again.loss.options["gain"] == gain["gain"]
+    # A file written before that fix (string labels) still resumes a run with no checkpoint yet.
+    (tmp_path / "old").mkdir()
+    old_text = dump_config(config).replace("0: 0.0", "'0': 0.0").replace("1: 1.0", "'1': 1.0")
+    assert "'0': 0.0" in old_text
+    (tmp_path / "old" / CONFIG_FILE).write_text(old_text)
+    resumed = make_config(small_letor, tmp_path / "old", loss={"name": "lambda_rank", "options": gain},
+                          training={"epochs": 1})
+    assert len(train(resumed, quiet=True, resume=True).history) == 1

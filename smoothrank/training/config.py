@@ -482,7 +482,24 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def dump_config(config: Config) -> str:
-    """The resolved configuration as YAML (every default written out)."""
+    """The resolved configuration as YAML (every default written out); it loads back as a config."""
     from smoothrank._yaml import safe_dump
 
-    return safe_dump(config.model_dump(mode="json"), sort_keys=False)  # loads back as it was
+    return safe_dump(_number_keys(config.model_dump(mode="json"), config.model_dump()), sort_keys=False)
+
+
+def _number_keys(dumped: Any, native: Any) -> Any:
+    """``dumped`` (JSON mode) with the number keys of ``native`` (Python mode) put back: JSON mode
+    writes a gain mapping ``{0: 0.0, 1: 1.0}`` with string labels, which YAML would keep as strings
+    and the gain check refuses, so a run's config.yaml did not load again as a config."""
+    if isinstance(dumped, dict) and isinstance(native, dict):
+        by_text = {str(key): key for key in native}
+        out = {}
+        for key, value in dumped.items():
+            original = by_text.get(key, key)
+            number = isinstance(original, int | float) and not isinstance(original, bool)
+            out[original if number else key] = _number_keys(value, native.get(original))
+        return out
+    if isinstance(dumped, list) and isinstance(native, list | tuple) and len(dumped) == len(native):
+        return [_number_keys(a, b) for a, b in zip(dumped, native, strict=True)]
+    return dumped

@@ -331,11 +331,17 @@ def _check_resumed_data(state: Mapping[str, Any], splits: Mapping[str, Any], run
                               "resume on the run's data, or start a new run elsewhere")
 
 
+def _string_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(key): _string_keys(item) for key, item in value.items()}
+    return [_string_keys(item) for item in value] if isinstance(value, list) else value
+
+
 def _saved_config_changes(run_path: Path, config: Config, *, paths: bool) -> str:
     """How ``config`` differs from the ``config.yaml`` a run wrote before its first checkpoint. The
     file is compared as written (as a checkpoint's config is), not validated again: a resolved
-    config need not pass validation as a new document (a gain mapping's labels are strings there;
-    an older file may hold an inherited schedule option)."""
+    config need not pass validation as a new document (a file written before 2026-12-01 holds a gain
+    mapping's labels as strings; an older file may hold an inherited schedule option)."""
     from smoothrank.training.config import read_config_file
 
     path = run_path / CONFIG_FILE
@@ -344,6 +350,7 @@ def _saved_config_changes(run_path: Path, config: Config, *, paths: bool) -> str
     except (ConfigError, OSError) as err:
         raise ConfigError(f"--resume: the run's configuration cannot be read: {err}\n(the run has no "
                           "checkpoint yet: delete its folder to start it again)") from None
+    saved = _string_keys(saved)  # as JSON mode writes a gain mapping's labels (a file may hold numbers)
     saved.pop("output", None)
     training = saved.get("training")
     if isinstance(training, dict):  # as _comparable leaves them out
