@@ -37,6 +37,25 @@ class _Refuse(torch.autograd.Function):
         raise SmoothrankError(ctx.message)
 
 
+class _SavedOnce:
+    """A backward's ``ctx`` whose saved tensors were unpacked once, by the wrapper: a second
+    ``ctx.saved_tensors`` inside one backward is refused by ``torch.utils.checkpoint``'s
+    non-reentrant mode ("Unpack is being triggered for a tensor that was already unpacked once")
+    and runs any other saved-tensor unpack hook twice."""
+
+    __slots__ = ("_ctx", "saved_tensors")
+
+    def __init__(self, ctx: Any, saved: tuple[Tensor, ...]) -> None:
+        object.__setattr__(self, "_ctx", ctx)
+        object.__setattr__(self, "saved_tensors", saved)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._ctx, name, value)
+
+
 def first_derivative_only(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a ``torch.autograd.Function.backward`` (below ``@staticmethod``), in place of
     ``once_differentiable``: the backward runs without recording a graph, and under
@@ -48,12 +67,12 @@ def first_derivative_only(what: str) -> Callable[[Callable[..., Any]], Callable[
     def decorate(backward: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(backward)
         def wrapper(ctx: Any, *grads: Any) -> Any:
-            recording = torch.is_grad_enabled()
+            if not torch.is_grad_enabled():  # no create_graph: the backward as written
+                return backward(ctx, *grads)
+            saved = ctx.saved_tensors  # unpacked once, for the backward and the anchors
             with torch.no_grad():
-                outputs = backward(ctx, *grads)
-            if not recording:
-                return outputs
-            anchors = [t for t in (*ctx.saved_tensors, *grads) if isinstance(t, Tensor) and t.requires_grad]
+                outputs = backward(_SavedOnce(ctx, saved), *grads)
+            anchors = [t for t in (*saved, *grads) if isinstance(t, Tensor) and t.requires_grad]
             if not anchors:  # nothing upstream has a graph: a constant gradient is the exact answer
                 return outputs
             single = not isinstance(outputs, tuple)

@@ -1058,3 +1058,26 @@ def test_pair_costs_are_exact_in_float64_past_softplus_default_threshold(name: s
     assert double == pytest.approx(2 * one, rel=1e-15)  # the pair's cost times its (lambda) weight
     if name == "rank_net":
         assert one == pytest.approx(math.log1p(math.exp(21.0)), rel=1e-15)
+
+
+@pytest.mark.parametrize(("name", "options"), [("soft_ndcg", {}), ("soft_ndcg", {"backend": "torch"}),
+                                               ("soft_ndcg", {"method": "normal"}),
+                                               ("soft_ndcg", {"sinkhorn": True}), ("neural_ndcg", {})])
+def test_hand_written_gradients_under_non_reentrant_checkpointing_with_create_graph(name: str,
+                                                                                    options: dict) -> None:
+    """smoothrank._autograd's wrapper read ``ctx.saved_tensors`` a second time under
+    create_graph=True, which torch.utils.checkpoint's non-reentrant mode refuses ("Unpack is being
+    triggered for a tensor that was already unpacked once"): the first derivative itself failed.
+    It must equal the plain gradient, and differentiating it again must raise the refusal."""
+    from torch.utils.checkpoint import checkpoint
+
+    s = torch.tensor([[0.3, -1.2, 0.8, 0.1, 2.0, -0.4]], dtype=torch.float64)
+    y = torch.tensor([[2.0, 0.0, 1.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
+    fn = losses.get(name, **options)
+    x = s.clone().requires_grad_()
+    (plain,) = torch.autograd.grad(fn(x, y), x)
+    (grad,) = torch.autograd.grad(checkpoint(lambda a: fn(a * 1.0, y), x, use_reentrant=False), x,
+                                  create_graph=True)
+    torch.testing.assert_close(grad.detach(), plain, rtol=1e-12, atol=0)
+    with pytest.raises(SmoothrankError, match="not twice differentiable"):
+        torch.autograd.grad(grad[0, 0], x)

@@ -661,3 +661,27 @@ def test_the_kernels_leave_no_subnormal_probabilities(kernel: str) -> None:
     np.testing.assert_allclose(p.reshape(-1, 240).sum(-1), 1.0, rtol=0, atol=1e-5)
     exact = rank_distributions(pi.double(), mask=mask, backend="torch").numpy().reshape(p.shape)
     np.testing.assert_allclose(p, exact, rtol=0, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="the compiled kernels need numba")
+@pytest.mark.parametrize("kernel", ["blocked", "per_document"])
+def test_the_flush_to_zero_keeps_negative_states_of_contests_just_past_0_or_1(kernel: str) -> None:
+    """check_contest_matrix accepts contests up to 1e-3 past 0 or 1 (a rounding, gradcheck's step
+    at saturated contests); their states are slightly negative. The kernels' flush (``_ftz``) took
+    every state below tiny / eps to 0, negatives included: a contest at 1.0005 gave rows summing to
+    1.0005, 5e-4 off the torch backend, and gradcheck at saturated contests failed."""
+    from smoothrank.softrank import _numba
+
+    s = torch.arange(5, dtype=torch.float64)
+    pi = (s[:, None] > s[None, :]).double()[None].clone()  # saturated: exactly 0 or 1
+    pi[0, 3, 1], pi[0, 1, 3] = 1.0005, -0.0005
+    mask = np.ones((1, 5), dtype=bool)
+    if kernel == "blocked":
+        p = _numba.blocked_forward(pi.numpy(), mask, 5)
+    else:
+        p = _numba.forward(pi.transpose(1, 2).contiguous().numpy(), mask, mask, 5)
+    exact = rank_distributions(pi, backend="torch").numpy()
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(p, exact, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: rank_distributions(x, backend="numba"),
+                                    ((s[:, None] > s[None, :]).double()[None].requires_grad_(),))
