@@ -24,6 +24,10 @@ from torch import Tensor
 from smoothrank.errors import SmoothrankError
 
 
+class NotTwiceDifferentiable(SmoothrankError):
+    """A second derivative was asked of a hand-written first derivative."""
+
+
 class _Refuse(torch.autograd.Function):
     """``grad`` (a copy) whose backward raises ``message``; ``anchors`` only connect it to a graph."""
 
@@ -34,7 +38,7 @@ class _Refuse(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *_: Tensor) -> Any:  # type: ignore[override]
-        raise SmoothrankError(ctx.message)
+        raise NotTwiceDifferentiable(ctx.message)
 
 
 class _SavedOnce:
@@ -59,7 +63,7 @@ class _SavedOnce:
 def first_derivative_only(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a ``torch.autograd.Function.backward`` (below ``@staticmethod``), in place of
     ``once_differentiable``: the backward runs without recording a graph, and under
-    ``create_graph=True`` its gradients carry a node that raises a :class:`SmoothrankError` saying
+    ``create_graph=True`` its gradients carry a node that raises :class:`NotTwiceDifferentiable` saying
     that ``what`` is not twice differentiable when anything differentiates them."""
     message = (f"{what} is not twice differentiable (a hand-written first derivative; create_graph=True, "
                "a booster's hessian='diagonal'): use hessian='constant' or 'curvature'")

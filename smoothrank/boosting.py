@@ -70,6 +70,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from smoothrank._autograd import NotTwiceDifferentiable
 from smoothrank.data.batching import length_buckets
 from smoothrank.errors import SmoothrankError
 from smoothrank.losses import BoundLoss
@@ -289,9 +290,7 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
     block = _DIAG_BLOCK or max(1, min(width, _DIAG_PAIR_BUDGET // (n_rows * width * width)))
     try:
         return grad.detach(), _hessian_diagonal(grad, scores, block)
-    except SmoothrankError as err:  # a hand-written first derivative met (smoothrank._autograd)
-        if "not twice differentiable" not in str(err):
-            raise
+    except NotTwiceDifferentiable:  # a hand-written first derivative met (smoothrank._autograd)
         raise SmoothrankError(f"hessian='diagonal': {_loss_name(fn)} is not twice differentiable here; "
                               "use hessian='constant'") from None
 

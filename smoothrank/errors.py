@@ -10,6 +10,11 @@ class DataFormatError(SmoothrankError):
     """A malformed input file; the message names the file and the line."""
 
 
+class IndexBaseError(DataFormatError):
+    """A file's feature indices disagree with the index base it is read with (``zero_based``): the
+    callers that chose that base for the user (``predict``, a training config's valid/test) say why."""
+
+
 class ConfigError(SmoothrankError):
     """An invalid configuration; the message lists every problem found."""
 

@@ -112,6 +112,19 @@ def test_zero_based_auto_and_explicit():
         parse_letor(text, n_features=2)
 
 
+def test_index_base_errors_have_their_own_type():
+    # predict and a config's valid/test add why the base was chosen to these, and to no other error
+    from smoothrank.errors import IndexBaseError
+
+    for text, options in [(b"1 qid:1 1:1 2:3\n", {"zero_based": True, "n_features": 2}),
+                          (b"1 qid:1 0:1 2:3\n", {"zero_based": False})]:
+        with pytest.raises(IndexBaseError):
+            parse_letor(text, **options)
+    with pytest.raises(DataFormatError) as info:
+        parse_letor(b"1 qid:1 1:nan\n", zero_based=False)
+    assert not isinstance(info.value, IndexBaseError)
+
+
 def test_null_values_fill_policy(tmp_path):
     path = _write(tmp_path, "1 qid:1 1:NULL 2:0.5\n0 qid:1 1:0.25 2:NULL\n")
     np.testing.assert_array_equal(load_letor(path).features, [[0, 0.5], [0.25, 0]])

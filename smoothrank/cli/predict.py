@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from smoothrank._atomic import check_destination
     from smoothrank.data import load_letor, write_predictions, write_trec_run
     from smoothrank.data.writers import check_trec_tag
-    from smoothrank.errors import DataFormatError
+    from smoothrank.errors import IndexBaseError
     from smoothrank.training.artifact import load_model
 
     # Before the model and the data are read: a bad destination (or the input itself) or tag.
@@ -48,14 +48,11 @@ def run(args: argparse.Namespace) -> int:
         # refuses a label that is not a finite float32 number).
         dataset = load_letor(args.data, n_features=args.n_features, zero_based=zero_based,
                              regroup=args.regroup, allow_real_labels=True, allow_negative_labels=True)
-    except DataFormatError as err:
-        # The index-base errors (their phrases, not the path, which may hold any word) name
-        # zero_based, which the user of predict did not set: say why.
-        from smoothrank.datasets import INDEX_BASE_PHRASES
-
-        if zero_based == "auto" or not any(phrase in str(err) for phrase in INDEX_BASE_PHRASES):
+    except IndexBaseError as err:
+        # They name zero_based, which the user of predict did not set: say why.
+        if zero_based == "auto":
             raise
-        raise DataFormatError(f"{err} (read with the feature indices of the model's training file, which "
+        raise IndexBaseError(f"{err} (read with the feature indices of the model's training file, which "
                               f"start at {loaded.index_base})") from None
     if dataset.n_features != loaded.n_features:
         hint = (" (a sparse file may pass --n-features)" if dataset.n_features < loaded.n_features else "")

@@ -40,7 +40,7 @@ from smoothrank._checks import check_bool
 from smoothrank.data import cache as _cache
 from smoothrank.data._io import BOM, HEAD_BYTES, check_readable, gzip_errors, open_binary, without_bom
 from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset
-from smoothrank.errors import DataFormatError, SmoothrankError
+from smoothrank.errors import DataFormatError, IndexBaseError, SmoothrankError
 
 _DOCID = re.compile(rb"docid\s*=\s*(\S+)")
 _NULL = re.compile(rb":NULL(?= |$)")
@@ -603,9 +603,9 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
     index = numbers[0::2]
     values = numbers[1::2]
 
-    def fail(mask: np.ndarray, message: str) -> None:
+    def fail(mask: np.ndarray, message: str, error: type[DataFormatError] = DataFormatError) -> None:
         t = int(np.argmax(mask))
-        raise DataFormatError(f"{source}:{lines[rows[t]]}: {message.format(tok=_show(tokens[t]))}")
+        raise error(f"{source}:{lines[rows[t]]}: {message.format(tok=_show(tokens[t]))}")
 
     if np.any(index > _MAX_INDEX):
         fail(index > _MAX_INDEX, "feature index too large in {tok}")
@@ -621,7 +621,8 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
     if np.any(np.abs(values) >= F32_LIMIT):
         fail(np.abs(values) >= F32_LIMIT, "feature value out of the float32 range in {tok}")
     if options.zero_based is False and np.any(index == 0):
-        fail(index == 0, "feature index 0 in {tok}, but zero_based=False (indices start at 1)")
+        fail(index == 0, "feature index 0 in {tok}, but zero_based=False (indices start at 1)",
+             IndexBaseError)
     if options.n_features is not None:
         limit = options.n_features
         if np.any(index > limit):
@@ -733,8 +734,8 @@ def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: n
         if zero_based and acc.first_limit_line is not None:
             why = ("zero_based=True" if options.zero_based is True
                    else f"index 0 occurs on line {acc.first_zero_line}")
-            raise DataFormatError(f"{source}:{acc.first_limit_line}: feature index {options.n_features} is "
-                                  f"beyond n_features={options.n_features} (indices are zero-based: {why})")
+            raise IndexBaseError(f"{source}:{acc.first_limit_line}: feature index {options.n_features} is "
+                                 f"beyond n_features={options.n_features} (indices are zero-based: {why})")
         width = options.n_features
     else:
         width = inferred

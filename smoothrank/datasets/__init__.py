@@ -20,7 +20,7 @@ from smoothrank._checks import check_bool
 from smoothrank.data import cache as _cache
 from smoothrank.data.dataset import Dataset
 from smoothrank.data.letor import ReaderOptions, cached_dataset, load_letor, parse_letor
-from smoothrank.errors import DataFormatError, SmoothrankError
+from smoothrank.errors import IndexBaseError, SmoothrankError
 
 __all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
 
@@ -111,8 +111,6 @@ def _user_file(path: Path, fold: int, split: str) -> Path:
 
 
 DATA_KEYS = ("train", "valid", "test", "mq2008_fold", "n_features")
-#: Phrases of the reader's messages about a file's feature indices against ``zero_based``.
-INDEX_BASE_PHRASES = ("(indices are zero-based:", "but zero_based=False (indices start at 1)")
 
 
 def data_section_problem(data: Mapping[str, Any]) -> str | None:
@@ -158,12 +156,11 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
         _check_exists(Path(path), f"data.{split}")
         try:
             splits[split] = load_letor(path, n_features=n_features, zero_based=zero_based)
-        except DataFormatError as err:
-            # Only the index-base errors (their phrases, not the path, which may hold any word) are
-            # about zero_based, which the config did not set: a NaN or a bad label is not.
-            if zero_based == "auto" or not any(phrase in str(err) for phrase in INDEX_BASE_PHRASES):
+        except IndexBaseError as err:
+            # Only these are about zero_based, which the config did not set: a NaN or a bad label is not.
+            if zero_based == "auto":
                 raise
-            raise DataFormatError(f"{err} (data.{split} is read with the feature indices of data.train, "
+            raise IndexBaseError(f"{err} (data.{split} is read with the feature indices of data.train, "
                                   f"which start at {splits['train'].index_base})") from None
         n_features = splits["train"].n_features
         # Each file alone would guess its own base: a zero-based file without a "0:" token (sklearn's

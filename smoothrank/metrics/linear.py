@@ -30,10 +30,13 @@ from smoothrank.metrics.ndcg import EMPTY, _dcg_and_ideal
 
 
 def _beta_parts(scores: Any, labels: Any, mask: Any, ties: str, dtype: torch.dtype | None, *,
-                ratio: bool = False) -> tuple[Tensor, Tensor, R.Prepared]:
+                ratio: bool = False, wide: bool = False) -> tuple[Tensor, Tensor, R.Prepared]:
+    """DCG^beta and its ideal per query, and the prepared inputs; ``wide``: summed in float64 (for
+    differences of the two, which cancel), on the device :func:`_wide` picks."""
     R.check_choice(ties, R.TIES, "ties")
     p = R.prepare(scores, labels, mask, dtype=dtype)
-    value, ideal, _ = _dcg_and_ideal(p, k=None, gain="linear", discount="linear", ties=ties, ratio=ratio)
+    value, ideal, _ = _dcg_and_ideal(_wide(p) if wide else p, k=None, gain="linear", discount="linear",
+                                     ties=ties, ratio=ratio)
     return value, ideal, p
 
 
@@ -73,10 +76,7 @@ def dcg_error(scores: Any, labels: Any, *, mask: Any = None, ties: str = "input"
     pair: -1024 for 1) and two large labels' sums overflowed to inf - inf = NaN.
     """
     R.check_choice(reduction, R.REDUCTIONS, "reduction")
-    R.check_choice(ties, R.TIES, "ties")
-    p = R.prepare(scores, labels, mask, dtype=dtype)
-    wide = _wide(p)
-    value, ideal, _ = _dcg_and_ideal(wide, k=None, gain="linear", discount="linear", ties=ties)
+    value, ideal, p = _beta_parts(scores, labels, mask, ties, dtype, wide=True)
     out = (ideal - value).clamp_min(0.0)  # >= 0 in exact arithmetic; real labels may round below
     return R.reduce(out.to(p.scores.device, p.scores.dtype), reduction, one_query=p.one_query)
 
