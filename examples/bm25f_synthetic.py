@@ -26,7 +26,6 @@ import torch
 from smoothrank.cli import main
 from smoothrank.data.bm25f import read_bm25f
 from smoothrank.data.bm25f_builder import build_statistics
-from smoothrank.metrics import evaluate
 from smoothrank.models.bm25f import bm25f_scores
 
 PLANTED = {"k1": 2.0, "fields": {"title": {"weight": 4.0, "b": 0.3}, "body": {"weight": 1.0, "b": 0.9}}}
@@ -45,7 +44,8 @@ output: {run_dir: run}
 """
 
 
-def _document(rng: np.random.Generator, zipf: np.ndarray, terms: list[int], intensity: float) -> dict[str, str]:
+def _document(rng: np.random.Generator, zipf: np.ndarray, terms: list[int], intensity: float
+              ) -> dict[str, str]:
     lengths = {"title": 1 + rng.poisson(5), "body": max(5, int(100 * np.exp(0.5 * rng.standard_normal())))}
     rates = {"title": 0.25, "body": 0.04}
     text = {}
@@ -85,8 +85,8 @@ def write_corpus(folder: Path, seed: int) -> None:
         (folder / f"queries_{split}.tsv").write_text(text)
     # Statistics with placeholder labels, to compute the planted score of every candidate
     (folder / "qrels.txt").write_text("".join(f"{q} 0 {d} 0\n" for q, ds in candidates.items() for d in ds))
-    build_statistics(folder / "docs.jsonl", {s: folder / f"queries_{s}.tsv" for s in SPLITS}, folder / "qrels.txt",
-                     folder / "planted_stats")
+    build_statistics(folder / "docs.jsonl", {s: folder / f"queries_{s}.tsv" for s in SPLITS},
+                     folder / "qrels.txt", folder / "planted_stats")
     qrels = []
     for split in SPLITS:
         data = read_bm25f(folder / "planted_stats" / split)
@@ -128,9 +128,9 @@ def one_seed(folder: Path, seed: int) -> dict[str, float]:
     (folder / "config.yaml").write_text(CONFIG)
     (folder / "planted.json").write_text(json.dumps(PLANTED))
     with contextlib.chdir(folder):
-        _run(["bm25f", "build", "--documents", "docs.jsonl", "--queries", "train=queries_train.tsv", "--queries",
-              "valid=queries_valid.tsv", "--queries", "test=queries_test.tsv", "--qrels", "qrels.txt", "--out",
-              "stats"])
+        _run(["bm25f", "build", "--documents", "docs.jsonl", "--queries", "train=queries_train.tsv",
+              "--queries", "valid=queries_valid.tsv", "--queries", "test=queries_test.tsv", "--qrels",
+              "qrels.txt", "--out", "stats"])
         default = _ndcg(_run(["bm25f", "evaluate", "stats/test", "--metrics", "ndcg@10"]))
         planted = _ndcg(_run(["bm25f", "evaluate", "stats/test", "--metrics", "ndcg@10", "--params",
                               "planted.json"]))
@@ -154,11 +154,13 @@ def main_cli() -> None:
     rows = [one_seed(args.out / f"seed{seed}", seed) for seed in args.seeds]
     planted = {"w_title/w_body": 4.0, "b_title": 0.3, "b_body": 0.9, "w_title/k1": 2.0}
     print(f"\ntest NDCG@10 (letor4 convention), {len(rows)} seed(s): corpus and training seed alike")
-    print(f"{'':>16}" + "".join(f"{'seed ' + str(s):>10}" for s in args.seeds) + f"{'mean':>10}{'sd':>8}  planted")
+    seeds = "".join(f"{'seed ' + str(s):>10}" for s in args.seeds)
+    print(f"{'':>16}{seeds}{'mean':>10}{'sd':>8}  planted")
     for key in ("default", "tuned", "planted", "w_title/w_body", "b_title", "b_body", "w_title/k1"):
         values = [row[key] for row in rows]
         sd = statistics.stdev(values) if len(values) > 1 else float("nan")
-        print(f"{key:>16}" + "".join(f"{v:>10.4f}" for v in values) + f"{statistics.mean(values):>10.4f}{sd:>8.4f}"
+        shown = "".join(f"{v:>10.4f}" for v in values)
+        print(f"{key:>16}{shown}{statistics.mean(values):>10.4f}{sd:>8.4f}"
               + (f"  {planted[key]}" if key in planted else ""))
 
 
