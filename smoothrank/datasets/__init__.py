@@ -1,4 +1,4 @@
-"""Datasets bundled with the package: LETOR 4.0 MQ2008.
+"""Datasets bundled with the package (LETOR 4.0 MQ2008) and synthetic ones (:mod:`.synthetic`).
 
 The five MQ2008 partitions S1..S5 are shipped once (gzip, about 1.8 MB); Fold1..Fold5
 train/vali/test are assembled on load by concatenating partitions as the official
@@ -20,9 +20,11 @@ from smoothrank._checks import check_bool
 from smoothrank.data import cache as _cache
 from smoothrank.data.dataset import Dataset
 from smoothrank.data.letor import ReaderOptions, cached_dataset, load_letor, parse_letor
+from smoothrank.datasets.synthetic import SyntheticRanking, make_synthetic, write_synthetic_letor
 from smoothrank.errors import IndexBaseError, SmoothrankError
 
-__all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
+__all__ = ["DATA_KEYS", "MQ2008_FOLDS", "SyntheticRanking", "data_section_problem", "load_mq2008",
+           "load_splits", "make_synthetic", "mq2008_text", "write_synthetic_letor"]
 
 #: SHA-256 of each decompressed partition.
 MQ2008_SHA256 = {
