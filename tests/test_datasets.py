@@ -47,17 +47,15 @@ def test_load_mq2008_counts_and_cache():
 def test_a_readable_but_inconsistent_cache_entry_is_parsed_again():
     # An entry whose offsets do not cover the documents: load_letor re-parsed it, load_mq2008 raised
     # "offsets must start at 0..." until the cache was deleted.
-    from smoothrank.data import cache
-    from smoothrank.data.letor import ReaderOptions
+    from smoothrank.data import store
 
     expected = load_mq2008(1, "test")
-    key = cache.cache_key([datasets.MQ2008_SHA256[n] for n in MQ2008_FOLDS[1]["test"]],
-                          ReaderOptions().as_dict())
-    entry = cache.load_entry(key)
-    cache.store_entry(key, {**entry, "offsets": entry["offsets"][:-1]})
+    (info,) = store.entries()
+    np.save(info.path / "offsets.npy", expected.offsets[:-1])
     again = load_mq2008(1, "test")
     np.testing.assert_array_equal(again.offsets, expected.offsets)
-    np.testing.assert_array_equal(cache.load_entry(key)["offsets"], expected.offsets)  # overwritten
+    (info,) = store.entries()
+    np.testing.assert_array_equal(np.load(info.path / "offsets.npy"), expected.offsets)  # rewritten
 
 
 def test_damaged_partition_is_detected(monkeypatch):
