@@ -147,14 +147,13 @@ def test_an_interrupted_conversion_leaves_no_entry(synthetic, monkeypatch):
         calls.append(1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(store.EntryWriter, "commit", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        load_letor(synthetic, cache=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(store.EntryWriter, "commit", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            load_letor(synthetic, cache=True)
     assert calls and store.entries() == [] and list(store.cache_dir().iterdir()) == []
-    monkeypatch.undo()
     # what a killed writer leaves: a temporary folder (of a process that is gone) and a folder
     # without a manifest under an entry's name; neither is served, both are cleaned up
-    os.environ["SMOOTHRANK_CACHE"] = str(store.cache_dir())
     dead = store.cache_dir() / ".tmp-999999999-abc"
     dead.mkdir(parents=True)
     (dead / "features.raw").write_bytes(b"\0" * 100)

@@ -248,11 +248,16 @@ def _remove_leftovers(folder: Path) -> int:
 
 
 def clear() -> int:
-    """Remove every entry (and what interrupted conversions left); returns the number removed."""
+    """Remove every entry (and what interrupted conversions left, and the ``.npz`` entries of the
+    cache's earlier format); returns the number removed."""
     folder = cache_dir()
     if not folder.is_dir():
         return 0
     count = _remove_leftovers(folder)
+    for old in folder.glob("*.npz"):
+        with contextlib.suppress(OSError):
+            old.unlink()
+            count += 1
     for info in entries():
         remove(info.path)
         count += 1
