@@ -122,7 +122,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--docs", type=int, default=1_000_000)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "smoothrank-scale")
-    parser.add_argument("--baseline", type=Path, default=None, help="another checkout to compare the parse with")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout to compare the parse with")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--skip-train", action="store_true")
