@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     if args.run_dir is not None and not args.run_dir.strip():
         raise CLIError("--run-dir: expected a directory path, got an empty one")
     config = load_config(args.config, args.overrides)
-    from smoothrank.training.trainer import MODEL_FILE, train
+    from smoothrank.training.checkpoint import MODEL_FILE
+    from smoothrank.training.trainer import train
 
     result = train(config, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet)
     if not args.quiet:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from smoothrank._checks import check_bool
+from smoothrank.data.bm25f import is_bm25f_folder, load_bm25f_splits
 from smoothrank.data.dataset import Dataset
 from smoothrank.data.letor import load_letor, load_stored_text
 from smoothrank.datasets.synthetic import SyntheticRanking, make_synthetic, write_synthetic_letor
@@ -140,6 +141,10 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
         fold = data["mq2008_fold"]
         return {"train": load_mq2008(fold, "train"), "valid": load_mq2008(fold, "vali"),
                 "test": load_mq2008(fold, "test")}
+    named = {split: data[split] for split in ("train", "valid", "test") if data.get(split) is not None}
+    folders = [split for split, path in named.items() if is_bm25f_folder(path)]
+    if folders:
+        return _bm25f_splits(named, folders)
     splits: dict[str, Dataset] = {}
     n_features = data.get("n_features")
     zero_based: bool | str = "auto"
@@ -162,6 +167,15 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
         if splits["train"].index_base is not None:
             zero_based = splits["train"].index_base == 0
     return splits
+
+
+def _bm25f_splits(named: Mapping[str, Any], folders: list[str]) -> dict[str, Dataset]:
+    """BM25F statistics folders (docs/bm25f.md), every split one, packed alike."""
+    others = [split for split in named if split not in folders]
+    if others:
+        raise SmoothrankError(f"data.{folders[0]} is a BM25F statistics folder but data.{others[0]} is not "
+                              "(every split must be one)")
+    return load_bm25f_splits({split: Path(path) for split, path in named.items()})
 
 
 def _check_exists(path: Path, field: str) -> None:
