@@ -194,3 +194,30 @@ def test_cache_command_lists_and_clears(synthetic, capsys):
     assert "1 entry" in out and str(os.path.realpath(synthetic)) in out
     assert main(["cache", "clear"]) == 0
     assert "removed 1 entry" in capsys.readouterr().out and store.entries() == []
+
+
+def test_training_on_the_store_gives_the_model_of_in_memory_arrays(tmp_path):
+    import torch
+
+    from smoothrank.training import train
+    from smoothrank.training.config import config_from_dict
+
+    train_file = write_synthetic_letor(tmp_path / "tr.txt", 40, (5, 25), 10, seed=1)
+    valid_file = write_synthetic_letor(tmp_path / "va.txt", 10, (5, 25), 10, seed=2)
+    models = {}
+    for cached in (True, False):
+        splits = {"train": load_letor(train_file, cache=cached),
+                  "valid": load_letor(valid_file, cache=cached)}
+        assert isinstance(splits["train"].features, np.memmap) == cached
+        config = config_from_dict({
+            "seed": 0, "data": {"train": str(train_file), "valid": str(valid_file)},
+            "model": {"kind": "mlp", "hidden": [8]}, "loss": {"name": "list_net"},
+            "transforms": ["signed_log1p", "standardize"],
+            "training": {"epochs": 2, "batch_size": 8, "list_size": 16},
+            "output": {"run_dir": str(tmp_path / f"run-{cached}")}})
+        models[cached] = train(config, quiet=True, splits=splits).model.state_dict()
+    assert models[True].keys() == models[False].keys()
+    for name in models[True]:
+        assert torch.equal(models[True][name], models[False][name]), name
+    # the transformed store splits were maps of temporary files, left nowhere
+    assert not [p for p in store.cache_dir().iterdir() if p.name.startswith(".tmp-")]

@@ -39,7 +39,8 @@ import numpy as np
 from smoothrank.errors import SmoothrankError
 
 __all__ = ["STORE_FORMAT", "EntryInfo", "EntryWriter", "cache_dir", "cache_limit", "clear", "entries",
-           "evict", "file_digest", "find", "open_arrays", "remove", "source_identity", "touch"]
+           "evict", "file_digest", "find", "open_arrays", "remove", "scratch_array", "source_identity",
+           "touch"]
 
 #: Bump when an entry's layout, or the parser's output for the same input and options, changes.
 STORE_FORMAT = 5
@@ -285,6 +286,33 @@ def evict(limit: int | None = None, *, keep: Path | None = None) -> list[Path]:
         total -= info.bytes
         removed.append(info.path)
     return removed
+
+
+def scratch_array(shape: tuple[int, ...], dtype: np.dtype | str = np.float32) -> np.ndarray:
+    """A zeroed array of ``shape`` backed by an unlinked temporary file in the store's folder (its pages
+    live in the page cache, not in the process's anonymous memory; the file is gone when the array is):
+    where a transform of memory-mapped features writes its output. Space is reserved first, so a full
+    disk is a SmoothrankError, not a crash. Falls back to memory where the folder cannot be written."""
+    folder = cache_dir()
+    path = folder / f"{_TMP}{os.getpid()}-{secrets.token_hex(6)}-scratch"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        with open(path, "wb+") as handle:
+            if nbytes and hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(handle.fileno(), 0, nbytes)
+            elif nbytes:
+                handle.truncate(nbytes)
+        array = np.memmap(path, dtype=dtype, mode="r+", shape=shape) if nbytes else np.zeros(shape, dtype)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _space_error(err, folder, "transformed features") from None
+        return np.zeros(shape, dtype=dtype)
+    with contextlib.suppress(OSError):
+        path.unlink()  # the map keeps the pages; nothing is left behind
+    return array
 
 
 def _space_error(err: OSError, folder: Path, what: str) -> SmoothrankError:
