@@ -221,3 +221,33 @@ def test_training_on_the_store_gives_the_model_of_in_memory_arrays(tmp_path):
         assert torch.equal(models[True][name], models[False][name]), name
     # the transformed store splits were maps of temporary files, left nowhere
     assert not [p for p in store.cache_dir().iterdir() if p.name.startswith(".tmp-")]
+
+
+# ------------------------------------------------------------------ inputs beyond one LETOR file
+def test_shards_are_read_as_one_dataset(tmp_path):
+    from smoothrank.data import concat_datasets
+
+    for i in range(3):
+        write_synthetic_letor(tmp_path / f"part-{i}.txt", 7 + i, (3, 9), 6, seed=i)
+    files = [tmp_path / f"part-{i}.txt" for i in range(3)]
+    expected = concat_datasets([load_letor(f, cache=False) for f in files])
+    by_list = load_letor([str(f) for f in files], cache=False)
+    _same(by_list, expected)
+    assert by_list.n_queries == 7 + 8 + 9  # the qids 1..7 of every part stay lists of their own
+    stored = load_letor(str(tmp_path / "part-*.txt"), cache=True)
+    _same(stored, expected)
+    assert isinstance(stored.features, np.memmap) and stored.source.count(" + ") == 2
+    assert len(store.entries()) == 4  # the three files and their concatenation
+    _same(load_letor(str(tmp_path / "part-*.txt"), cache=True), expected)
+    assert len(store.entries()) == 4
+    # a changed shard: the concatenation is rebuilt
+    write_synthetic_letor(files[1], 3, 4, 6, seed=11)
+    assert load_letor(str(tmp_path / "part-*.txt"), cache=True).n_queries == 7 + 3 + 9
+    with pytest.raises(FileNotFoundError, match="No file matches"):
+        load_letor(str(tmp_path / "nothing-*.txt"))
+    # a narrower later shard takes the first one's width; an error names its own file and line
+    (tmp_path / "narrow.txt").write_text("1 qid:1 1:1\n")
+    assert load_letor([files[0], tmp_path / "narrow.txt"], cache=False).n_features == 6
+    (tmp_path / "bad.txt").write_text("1 qid:1 1:1\n0 qid:1 1:x\n")
+    with pytest.raises(SmoothrankError, match=r"bad\.txt:2: the feature value"):
+        load_letor([files[0], tmp_path / "bad.txt"], cache=True)

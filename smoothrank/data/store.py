@@ -96,7 +96,9 @@ def source_identity(path: Path, side: Path | None = None) -> dict[str, Any]:
 def entry_prefix(identity: Mapping[str, Any]) -> str:
     """The name stem of the entries of a source: a hash of its path and its side file's path."""
     side = identity.get("side")
-    key = json.dumps([STORE_FORMAT, identity.get("path"), side and side.get("path"), identity.get("bundled")])
+    shards = [s.get("path") for s in identity.get("shards") or []]
+    key = json.dumps([STORE_FORMAT, identity.get("path"), side and side.get("path"), identity.get("bundled"),
+                      shards, identity.get("options")], sort_keys=True)
     return hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
 
 
@@ -105,6 +107,12 @@ def _same_source(recorded: Mapping[str, Any] | None, current: Mapping[str, Any])
         return False
     fields = ("path", "size", "mtime_ns", "inode", "bundled")
     if any(recorded.get(f) != current.get(f) for f in fields):
+        return False
+    if recorded.get("options") != current.get("options"):
+        return False
+    shards, now_shards = recorded.get("shards") or [], current.get("shards") or []
+    if len(shards) != len(now_shards) or not all(_same_source(a, b) for a, b in zip(shards, now_shards,
+                                                                                      strict=True)):
         return False
     side, now = recorded.get("side"), current.get("side")
     if (side is None) != (now is None):
@@ -217,8 +225,9 @@ def entries() -> list[EntryInfo]:
             continue
         source = manifest.get("source", {})
         shape = manifest.get("arrays", {}).get("features", {}).get("shape", [0, 0])
-        found.append(EntryInfo(entry, str(source.get("bundled") or source.get("path")), _size(entry),
-                               _last_used(entry), int(shape[0]), int(shape[1])))
+        shards = " + ".join(str(s.get("path")) for s in source.get("shards") or [])
+        name = str(source.get("bundled") or source.get("path") or shards)
+        found.append(EntryInfo(entry, name, _size(entry), _last_used(entry), int(shape[0]), int(shape[1])))
     return sorted(found, key=lambda e: e.last_used, reverse=True)
 
 
