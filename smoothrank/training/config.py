@@ -214,6 +214,7 @@ class TrainingConfig(_Section):
     num_threads: Annotated[_Int, Field(ge=1)] | None = None
     deterministic: _Bool = True
     device: str = "cpu"
+    precision: Literal["float32", "bfloat16", "float16"] = "float32"
 
 
 class EvaluationConfig(_Section):

@@ -40,6 +40,7 @@ from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_torch_save, atomic_write_text, load_torch_file
 from smoothrank.training.artifact import RankingModel, save_model
 from smoothrank.training.config import SCHEDULE_OPTIONS, Config, dump_config
+from smoothrank.training.precision import autocast, check_precision, grad_scaler
 from smoothrank.training.schedules import build_schedule, set_lr
 
 __all__ = [
@@ -587,6 +588,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         raise ConfigError(f"{run_path} already holds a run; pass --resume to continue it or choose another "
                           "output.run_dir")
     device = resolve_device(config.training.device)
+    check_precision(config.training.precision, device)
     if splits is None:
         splits = load_splits(config)
     splits = dict(splits)
@@ -637,6 +639,7 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
         model = build_model(config.model, n_features).to(device)
         schedule = build_schedule(config.schedule, config.optimizer.lr)
         optimizer = _build_optimizer(config, model, config.optimizer.lr)
+        scaler = grad_scaler(config.training.precision, device)
         history: list[dict[str, Any]] = []
         best_state = copy.deepcopy(model.state_dict())
         best_value, best_epoch, stale, start_epoch, stopped = -math.inf, 0, 0, 0, False
@@ -644,6 +647,8 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["schedule"])
+            if state.get("scaler"):
+                scaler.load_state_dict(state["scaler"])
             best_state, best_value, best_epoch = state["best_state"], state["best_value"], state["best_epoch"]
             stale, start_epoch, stopped = state["stale"], state["epoch"], state["stopped"]
             history = state["history"]
@@ -680,10 +685,11 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                         shuffle=True, seed_or_generator=data_seed, sampling=config.training.sampling,
                         pad=config.training.pad)):
                     mask = batch.mask.to(device)
-                    scores = score_in_length_groups(model, batch.features.to(device), mask,
-                                                    groups=config.training.length_groups)
                     try:
-                        value = loss(scores, batch.labels.to(device), mask=mask)
+                        with autocast(config.training.precision, device):
+                            scores = score_in_length_groups(model, batch.features.to(device), mask,
+                                                            groups=config.training.length_groups)
+                            value = loss(scores, batch.labels.to(device), mask=mask)
                     except SmoothrankError:
                         # The losses refuse non-finite scores; if that is why, say when and why. Checked
                         # only here, so that the training step itself pays nothing for it.
@@ -695,10 +701,12 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                         raise TrainingError(_diverged(config, f"the loss {loss_name!r} became "
                                                       f"{value.item()}", epoch, step))
                     optimizer.zero_grad(set_to_none=True)
-                    value.backward()
+                    scaler.scale(value).backward()  # float16: scaled; else as it is
                     if config.training.grad_clip is not None:
+                        scaler.unscale_(optimizer)
                         nn.utils.clip_grad_norm_(model.parameters(), config.training.grad_clip)
-                    optimizer.step()
+                    scaler.step(optimizer)
+                    scaler.update()
                     total += float(value.detach())
                     count += 1
                     progress.step(epoch + 1, total / count)
@@ -747,8 +755,9 @@ def _train(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | 
                 _write_log(run_path, history)
                 atomic_torch_save(checkpoint_path, {
                     "epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(), "best_state": best_state, "best_value": best_value,
-                    "best_epoch": best_epoch, "stale": stale, "stopped": stopped, "history": history,
+                    "schedule": schedule.state_dict(), "scaler": scaler.state_dict(),
+                    "best_state": best_state, "best_value": best_value, "best_epoch": best_epoch,
+                    "stale": stale, "stopped": stopped, "history": history,
                     "config": _comparable(config), "version": __version__, "data": _data_shapes(splits),
                 })
                 if writer is not None:
