@@ -740,7 +740,7 @@ def test_bfloat16_on_the_cpu_trains_under_autocast_with_close_metrics(small_leto
 
 def test_float16_on_the_cpu_is_a_config_error(small_letor, tmp_path):
     config = make_config(small_letor, tmp_path / "f16", training={"precision": "float16"})
-    with pytest.raises(ConfigError, match="training.precision: float16 needs a CUDA device"):
+    with pytest.raises(ConfigError, match=r"training\.precision: float16 needs a CUDA device"):
         train(config, quiet=True)
     assert not (tmp_path / "f16").exists()
     with pytest.raises(ConfigError, match="precision"):
