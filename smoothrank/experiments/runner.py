@@ -417,7 +417,7 @@ def check_out_dir(spec: ExperimentSpec, out_dir: str | Path) -> None:
     a neural run still to do asks for a device this machine cannot use (``neural.training.device``:
     every run would fail): checked before anything is written there (``spec.yaml`` included)."""
     from smoothrank.experiments.spec import expand
-    from smoothrank.training.trainer import resolve_device
+    from smoothrank.training.blocks import resolve_device
 
     devices: set[str] = set()
     for cell in expand(spec):
@@ -453,12 +453,12 @@ def _check_interrupted(cell: Cell, run_dir: Path) -> None:
     if stored is not None:
         if stored["fingerprint"] == cell.fingerprint():
             return
-        from smoothrank.training.trainer import config_differences
+        from smoothrank.training.checkpoint import config_differences
 
         changes = "; ".join(config_differences(stored.get("identity"), cell.identity())) or "its fingerprint"
     else:
+        from smoothrank.training.checkpoint import checkpoint_changes
         from smoothrank.training.config import SCHEDULE_OPTIONS, config_from_dict
-        from smoothrank.training.trainer import checkpoint_changes
 
         config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False,
                                   inherited_schedule=SCHEDULE_OPTIONS)
