@@ -234,6 +234,8 @@ class TrainingConfig(_Section):
     num_threads: Annotated[_Int, Field(ge=1)] | None = None
     deterministic: _Bool = True
     device: str = "cpu"
+    precision: Literal["float32", "bfloat16", "float16"] = "float32"
+    distributed_timeout: Annotated[_Float, Field(gt=0.0)] = 600.0
 
 
 class EvaluationConfig(_Section):
