@@ -206,3 +206,58 @@ def test_bad_format_and_model_are_named(tmp_path, mq2008):
     with pytest.raises(ExportError, match="model: expected a model file"):
         export_model(object(), tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+# --- scoring from arrays -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["mlp", "context_aware"])
+def test_a_loaded_model_scores_arrays_as_predict_does(exports, mq2008, kind):
+    artifact, _, _ = exports(kind, "all", "torchscript")
+    _, test = mq2008
+    loaded = load_model(artifact)
+    expected = loaded.score(test)
+    qid = test.query_of_row()
+    perm = np.random.default_rng(0).permutation(test.n_docs)  # queries interleaved, rows shuffled
+    scores = loaded.predict(test.features[perm].astype(np.float64), qid=qid[perm], batch_size=7)
+    assert scores.dtype == np.float64 and scores.shape == (test.n_docs,)
+    np.testing.assert_allclose(scores, expected[perm], rtol=0, atol=1e-5)
+    for q in (0, 5):
+        rows = slice(test.offsets[q], test.offsets[q + 1])
+        np.testing.assert_allclose(loaded.score_query(test.features[rows]), expected[rows], rtol=0, atol=1e-5)
+
+
+def test_array_scoring_refuses_bad_input_naming_it(exports, mq2008):
+    from smoothrank.errors import SmoothrankError
+
+    loaded = load_model(exports("mlp", "all", "torchscript")[0])
+    width = loaded.n_features
+    with pytest.raises(SmoothrankError, match=rf"features: expected shape \(n_rows, {width}\)"):
+        loaded.predict(np.zeros((3, width - 1)))
+    bad = np.zeros((3, width))
+    bad[2, 4] = np.nan
+    with pytest.raises(SmoothrankError, match=r"features\[2, 4\] is nan"):
+        loaded.score_query(bad)
+    with pytest.raises(SmoothrankError, match=r"qid: expected one query id per row \(3,\)"):
+        loaded.predict(np.zeros((3, width)), qid=[1, 2])
+
+
+def test_loading_and_scoring_import_only_what_scoring_needs(exports):
+    # no config validation (pydantic), YAML, progress bars (beyond what torch itself imports),
+    # Numba or the trainer: a subprocess, so that nothing imported by the tests counts
+    import subprocess
+    import sys
+
+    artifact = exports("context_aware", "all", "torchscript")[0]
+    listing = "import sys, json; print(json.dumps(sorted(sys.modules)))"
+    baseline = subprocess.run([sys.executable, "-c", f"import numpy, torch\n{listing}"], capture_output=True,
+                              text=True, check=True)
+    code = (f"import numpy as np, smoothrank\nmodel = smoothrank.load_model({str(artifact)!r})\n"
+            f"model.predict(np.ones((5, model.n_features)), qid=[1, 1, 2, 2, 2])\n"
+            f"model.score_query(np.ones((3, model.n_features)))\n{listing}")
+    scoring = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+
+    added = set(json.loads(scoring.stdout)) - set(json.loads(baseline.stdout))
+    roots = {name.split(".")[0] for name in added}
+    assert not roots & {"pydantic", "yaml", "tqdm", "numba", "scipy", "sklearn", "onnx"}, roots
+    assert not {"smoothrank.training.config", "smoothrank.training.trainer"} & added

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from smoothrank.errors import SmoothrankError
 from smoothrank.models import ContextAwareRanker, LinearScorer, MLPScorer
 
-__all__ = ["ScoringModule", "needs_mask", "scoring_module", "transform_module"]
+__all__ = ["ScoringModule", "needs_mask", "query_order", "score_rows", "scoring_module", "transform_module"]
 
 
 class _Standardize(nn.Module):
@@ -171,3 +172,115 @@ def scoring_module(network: nn.Module, transform_state: dict[str, Any] | None, n
     if with_mask is None:
         with_mask = needs_mask(network, transform_state)
     return module if with_mask else _FeaturesOnly(module).eval()
+
+
+def _as_ids(values: Any, n_rows: int, name: str) -> np.ndarray:
+    """``values`` as a 1-D array of ``n_rows`` query ids."""
+    ids = np.asarray(values)
+    if ids.ndim != 1 or ids.shape[0] != n_rows:
+        raise SmoothrankError(f"{name}: expected one query id per row ({n_rows},), got shape {ids.shape}")
+    return ids
+
+
+def query_order(n_rows: int, qid: Any = None, group: Any = None, *, names: tuple[str, str] = ("qid", "group")
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The row order that makes each query's rows contiguous, and the query number of each sorted row.
+
+    Parameters
+    ----------
+    n_rows : int
+    qid : array-like of shape (n_rows,), optional
+        A query id per row; queries in the order of their first row, rows of a query in input order.
+    group : array-like of int, optional
+        Sizes of consecutive queries (summing to ``n_rows``).
+    names : (str, str)
+        The argument names used in error messages.
+
+    Returns
+    -------
+    order : ndarray of int64, shape (n_rows,)
+        ``rows[order]`` groups the queries.
+    query : ndarray of int64, shape (n_rows,)
+        The 0-based query number of each row of ``rows[order]`` (non-decreasing).
+    """
+    if qid is not None and group is not None:
+        raise SmoothrankError(f"give {names[0]} (a query id per row) or {names[1]} (query sizes), not both")
+    if group is not None:
+        sizes = np.asarray(group)
+        if sizes.ndim != 1 or sizes.dtype.kind not in "iu" or (sizes < 1).any() or sizes.sum() != n_rows:
+            raise SmoothrankError(f"{names[1]}: expected positive integer query sizes summing to the "
+                                  f"{n_rows} rows, got {sizes.tolist()[:10]!r:.120}")
+        return np.arange(n_rows, dtype=np.int64), np.repeat(np.arange(sizes.shape[0]), sizes).astype(np.int64)
+    if qid is None:
+        return np.arange(n_rows, dtype=np.int64), np.zeros(n_rows, dtype=np.int64)
+    ids = _as_ids(qid, n_rows, names[0])
+    try:
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    except TypeError as err:  # mixed types that do not compare
+        raise SmoothrankError(f"{names[0]}: query ids must be comparable values ({err})") from None
+    first_row = first[inverse.reshape(-1)]  # each row's query, named by its first row
+    order = np.argsort(first_row, kind="stable").astype(np.int64)
+    sorted_first = first_row[order]
+    query = np.r_[0, np.cumsum(sorted_first[1:] != sorted_first[:-1])].astype(np.int64)
+    return order, query
+
+
+def _checked_features(features: Any, n_features: int) -> np.ndarray:
+    """``features`` as a C-ordered float32 (n_rows, n_features) array of finite values."""
+    x = np.asarray(features)
+    if x.ndim != 2 or x.shape[1] != n_features:
+        raise SmoothrankError(f"features: expected shape (n_rows, {n_features}) (the model's {n_features} "
+                              f"features), got {x.shape}")
+    if x.dtype.kind not in "biuf":
+        raise SmoothrankError(f"features: expected numbers, got dtype {x.dtype}")
+    with np.errstate(over="ignore"):
+        x32 = np.ascontiguousarray(x, dtype=np.float32)
+    bad = ~np.isfinite(x32)
+    if bad.any():
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        raise SmoothrankError(f"features[{row}, {col}] is {x[row, col]} (not a finite float32 number)")
+    return x32
+
+
+@torch.no_grad()
+def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features: int,
+               batch_size: int = 256) -> np.ndarray:
+    """Score rows of raw features with a :class:`ScoringModule` taking ``(features, mask)``.
+
+    Parameters
+    ----------
+    module : ScoringModule
+    features : array-like of shape (n_rows, n_features)
+    qid : array-like of shape (n_rows,), optional
+        The query of each row (rows of a query need not be contiguous); None: one query.
+    n_features : int
+    batch_size : int
+        Queries per forward pass (each padded to its longest list).
+
+    Returns
+    -------
+    ndarray of float64, shape (n_rows,)
+        One score per row, in input order.
+    """
+    x = _checked_features(features, n_features)
+    order, query = query_order(x.shape[0], qid)
+    n_queries = int(query[-1]) + 1 if query.size else 0
+    starts = np.searchsorted(query, np.arange(n_queries + 1))
+    position = np.arange(x.shape[0]) - starts[query]
+    scores = np.empty(x.shape[0], dtype=np.float64)
+    for first in range(0, n_queries, batch_size):
+        last = min(first + batch_size, n_queries)
+        rows = slice(starts[first], starts[last])
+        q, pos = query[rows] - first, position[rows]
+        width = int(pos.max()) + 1
+        batch = torch.zeros((last - first, width, n_features), dtype=torch.float32)
+        mask = torch.zeros((last - first, width), dtype=torch.bool)
+        batch[q, pos] = torch.from_numpy(x[order[rows]])
+        mask[q, pos] = True
+        out = module(batch, mask)[q, pos].double().numpy()
+        if not np.isfinite(out).all():
+            row = int(order[rows][np.argmax(~np.isfinite(out))])
+            raise SmoothrankError(f"features[{row}]: the model scored this row {out[~np.isfinite(out)][0]} "
+                                  "(its features are too large for the model's arithmetic)")
+        scores[order[rows]] = out
+    return scores
