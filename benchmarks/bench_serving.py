@@ -35,6 +35,7 @@ MODELS = {
     "context_aware": {"kind": "context_aware"},
 }
 FORMATS = ("torchscript", "exported-program", "onnx")
+SUFFIX = {"torchscript": "ts", "exported-program": "pt2", "onnx": "onnx"}
 
 COLD = """
 import time
@@ -97,7 +98,7 @@ def _callers(path: Path, formats: list[str], folder: Path, x: np.ndarray) -> dic
     features, mask = torch.from_numpy(x[None]), torch.ones((1, x.shape[0]), dtype=torch.bool)
     calls: dict[str, object] = {"python api": lambda: model.score_query(x)}
     for fmt in formats:
-        out = folder / f"{path.stem}.{fmt}"
+        out = folder / f"{path.stem}.{SUFFIX[fmt]}"
         with_mask = export_model(path, out, format=fmt)
         args = (features, mask) if with_mask else (features,)
         if fmt == "onnx":

@@ -11,7 +11,8 @@ and has dynamic batch and list sizes:
 
 Formats: ``onnx`` (``torch.onnx.export(dynamo=True)``; needs ``pip install 'smoothrank[export]'``),
 ``torchscript`` (``torch.jit.trace``; ``torch.jit.load``), ``exported-program``
-(``torch.export.save``; ``torch.export.load(path).module()``). Files are written atomically.
+(``torch.export.save`` to a ``.pt2`` file; ``torch.export.load(path).module()``). Files are written
+atomically.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def export_model(model: Any, out: str | Path, *, format: str = "onnx") -> bool:
 
     if format not in FORMATS:
         raise ExportError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "exported-program" and Path(out).suffix != ".pt2":
+        raise ExportError(f"out: {out}: torch.export.load reads an exported program from a file ending in "
+                          ".pt2; name it so")
     if isinstance(model, str | Path):
         model = load_model(model)
     if isinstance(getattr(model, "model", None), torch.nn.Module):  # a loaded RankingModel

@@ -35,6 +35,9 @@ TRANSFORMS = {
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
 
+SUFFIX = {"onnx": "onnx", "torchscript": "ts", "exported-program": "pt2"}
+
+
 @pytest.fixture(scope="module")
 def mq2008():
     # a slice of MQ2008 Fold1 (bundled): training rows fit the transforms, test queries are scored
@@ -108,7 +111,7 @@ def exports(tmp_path_factory, mq2008):
             artifact = folder / f"{kind}-{transform}.pt"
             if not artifact.exists():
                 _artifact(artifact, mq2008[0], kind, transform)
-            exported = folder / f"{kind}-{transform}.{fmt}"
+            exported = folder / f"{kind}-{transform}.{SUFFIX[fmt]}"
             made[key] = artifact, exported, export_model(artifact, exported, format=fmt)
         return made[key]
 
@@ -205,6 +208,8 @@ def test_bad_format_and_model_are_named(tmp_path, mq2008):
         export_model(artifact, tmp_path / "x", format="tflite")
     with pytest.raises(ExportError, match="model: expected a model file"):
         export_model(object(), tmp_path / "x")
+    with pytest.raises(ExportError, match=r"a file ending in \.pt2"):
+        export_model(artifact, tmp_path / "x", format="exported-program")
     assert not (tmp_path / "x").exists()
 
 
