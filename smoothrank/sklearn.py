@@ -241,7 +241,7 @@ class SmoothRanker(BaseEstimator):
 
     @staticmethod
     def _fitted_transform_state(config: Any, train_set: Any) -> dict[str, Any] | None:
-        from smoothrank.training.trainer import build_transform
+        from smoothrank.training.blocks import build_transform
 
         transform = build_transform(config)
         return None if transform is None else transform.fit(train_set).state_dict()
@@ -268,7 +268,7 @@ class SmoothRanker(BaseEstimator):
         -------
         ndarray of float64, shape (n_rows,)
         """
-        from smoothrank.training import predict_scores
+        from smoothrank.training.inference import predict_scores
 
         dataset, order = self._prepared(X, None, qid)
         scores = np.empty(dataset.n_docs, dtype=np.float64)
@@ -288,7 +288,7 @@ class SmoothRanker(BaseEstimator):
         -------
         float
         """
-        from smoothrank.training import evaluate_model
+        from smoothrank.training.inference import evaluate_model
 
         dataset, _ = self._prepared(X, y, qid)
         metric = f"ndcg@{self.ndcg_k}"

@@ -23,7 +23,7 @@ def _declared() -> tuple[set[str], set[str]]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime = {_name(r) for r in project["dependencies"]}
     extras = project["optional-dependencies"]
-    optional = {_name(r) for name in ("plot", "gbdt", "sklearn", "export") for r in extras[name]}
+    optional = {_name(r) for name, requirements in extras.items() if name != "test" for r in requirements}
     return runtime, optional
 
 

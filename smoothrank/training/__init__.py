@@ -24,7 +24,8 @@ __all__ = [
 _HOMES = {
     "RankingModel": "artifact", "load_model": "artifact", "save_model": "artifact",
     "Config": "config", "load_config": "config",
-    "TrainResult": "trainer", "evaluate_model": "trainer", "predict_scores": "trainer", "train": "trainer",
+    "evaluate_model": "inference", "predict_scores": "inference",
+    "TrainResult": "trainer", "train": "trainer",
 }
 
 

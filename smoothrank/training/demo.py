@@ -143,7 +143,7 @@ def _run_dir(root: Path, fold: int, loss: str) -> Path:
 def _refuse_finished_runs(root: Path, losses: Sequence[str], folds: Sequence[int]) -> None:
     """Refuse a run root that already holds a run the demo would write, before any training."""
     from smoothrank.errors import ConfigError
-    from smoothrank.training.trainer import CHECKPOINT
+    from smoothrank.training.checkpoint import CHECKPOINT
 
     taken = [f"fold{fold}/{loss}" for fold in folds for loss in losses
              if (_run_dir(root, fold, loss) / CHECKPOINT).exists()]
