@@ -220,7 +220,9 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     w = None if weights is None else _flat(weights, "weights", s.shape[0])
     sizes = _sizes(group_sizes, s.shape[0])
     raw = None
-    if _FLAT_KERNELS:  # compiled per-query kernels on the flat arrays (smoothrank.boosting_kernels)
+    # Compiled per-query kernels on the flat arrays (smoothrank.boosting_kernels); the diagonal only
+    # where the loss has it in closed form.
+    if _FLAT_KERNELS and (hessian != "diagonal" or _closed_form_diagonal(fn) is not None):
         from smoothrank import boosting_kernels
 
         raw = boosting_kernels.flat_gradients(fn, s, y, sizes, hessian=hessian, dtype=dtype, device=device)
