@@ -56,6 +56,8 @@ _KEYS = ("epoch", "model", "optimizer", "schedule", "best_state", "best_value", 
 _OWN_TMP = re.compile(r"\..+\.[0-9a-f]{16}\.tmp")  # smoothrank._atomic's temporary files
 _UNSET = object()
 _DATA_PATHS = ("train", "valid", "test")
+#: training options a resumed run may change
+_RUNTIME_KEYS = ("num_threads", "device", "distributed_timeout")
 
 
 @dataclass
@@ -78,6 +80,11 @@ class LoopState:
     stale: int = 0
     stopped: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: float16's gradient scaler (``training.precision``); disabled for the other precisions
+    scaler: torch.amp.GradScaler | None = None
+    #: what the training step calls to score a batch: DistributedDataParallel around the model under
+    #: torchrun, else None (the model itself); not saved
+    scorer: nn.Module | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as plain containers and tensors (``torch.save``-able, ``weights_only`` loadable)."""
@@ -85,19 +92,22 @@ class LoopState:
                 "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
                 "best_state": self.best_state,
                 "best_value": self.best_value, "best_epoch": self.best_epoch, "stale": self.stale,
-                "stopped": self.stopped, "history": self.history}
+                "stopped": self.stopped, "history": self.history,
+                "scaler": self.scaler.state_dict() if self.scaler is not None else {}}
 
     @classmethod
     def from_dict(cls, saved: Mapping[str, Any], *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                  schedule: ConstantLR) -> LoopState:
-        """The state :meth:`to_dict` gave; its model, optimiser and schedule states are loaded into
-        those given."""
+                  schedule: ConstantLR, scaler: torch.amp.GradScaler | None = None) -> LoopState:
+        """The state :meth:`to_dict` gave; its model, optimiser, schedule and scaler states are loaded
+        into those given."""
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         schedule.load_state_dict(saved["schedule"])
+        if scaler is not None and saved.get("scaler"):
+            scaler.load_state_dict(saved["scaler"])
         return cls(model=model, optimizer=optimizer, schedule=schedule, best_state=saved["best_state"],
                    epoch=saved["epoch"], best_value=saved["best_value"], best_epoch=saved["best_epoch"],
-                   stale=saved["stale"], stopped=saved["stopped"], history=saved["history"])
+                   stale=saved["stale"], stopped=saved["stopped"], history=saved["history"], scaler=scaler)
 
 
 def save_checkpoint(path: str | Path, state: LoopState, *, config: Config, splits: Mapping[str, Any]) -> None:
@@ -184,11 +194,12 @@ def check_resumed_data(state: Mapping[str, Any], splits: Mapping[str, Any], run_
 
 def comparable_config(config: Config) -> dict[str, Any]:
     """``config`` as a checkpoint stores it: without what does not change the model (where the run
-    lives, TensorBoard, the thread count, and the device: bit-identity holds on one device only)."""
+    lives, TensorBoard, the thread count, the device: bit-identity holds on one device only, and how
+    long the processes of a torchrun job wait for each other)."""
     dumped = config.model_dump(mode="json")
     dumped.pop("output")
-    dumped["training"].pop("num_threads")
-    dumped["training"].pop("device")
+    for key in _RUNTIME_KEYS:
+        dumped["training"].pop(key)
     return dumped
 
 
@@ -215,7 +226,7 @@ def _saved_config_changes(run_path: Path, config: Config, *, paths: bool) -> str
     saved.pop("output", None)
     training = saved.get("training")
     if isinstance(training, dict):  # as comparable_config leaves them out
-        saved["training"] = {k: v for k, v in training.items() if k not in ("num_threads", "device")}
+        saved["training"] = {k: v for k, v in training.items() if k not in _RUNTIME_KEYS}
     return _config_changes({"config": saved}, config, paths=paths)
 
 

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from smoothrank.errors import TrainingError
 
-__all__ = ["NonFiniteScoreError", "Scorable", "evaluate_model", "predict_scores", "scored_batches"]
+__all__ = ["NonFiniteScoreError", "Scorable", "evaluate_model", "per_query_metrics", "predict_scores",
+           "scored_batches"]
 
 
 class NonFiniteScoreError(TrainingError):
@@ -136,6 +137,27 @@ def evaluate_model(model: nn.Module | Scorable, dataset: Any, *, metrics: str | 
     dict[str, float]
         Metric name -> mean over the queries the convention does not skip.
     """
+    from smoothrank.metrics import mean_metrics
+
+    per_query = per_query_metrics(model, dataset, metrics=metrics, convention=convention,
+                                  batch_size=batch_size)
+    return {name: float(value) for name, value in mean_metrics(per_query).items()}
+
+
+def per_query_metrics(model: nn.Module | Scorable, dataset: Any, *, metrics: str | Iterable[str],
+                      convention: str = "letor4", batch_size: int = 256) -> dict[str, Tensor]:
+    """Each metric of each query of ``dataset``, as :func:`evaluate_model` averages them.
+
+    Parameters
+    ----------
+    model, dataset, metrics, convention, batch_size
+        As in :func:`evaluate_model`.
+
+    Returns
+    -------
+    dict[str, Tensor]
+        Metric name -> float64 ``(n_queries,)``, NaN for a query the convention skips.
+    """
     from smoothrank import metrics as metrics_module
     from smoothrank.metrics.evaluate import metric_list
 
@@ -152,4 +174,4 @@ def evaluate_model(model: nn.Module | Scorable, dataset: Any, *, metrics: str | 
                                          convention=convention, doc_ids=ids)
         for name in names:
             per_query[name][batch.query_index] = torch.as_tensor(values[name]).double().cpu()
-    return {name: float(value) for name, value in metrics_module.mean_metrics(per_query).items()}
+    return per_query

@@ -60,7 +60,14 @@ from smoothrank.training.checkpoint import (
     save_checkpoint,
 )
 from smoothrank.training.config import Config, TrainingConfig, dump_config
-from smoothrank.training.inference import NonFiniteScoreError, evaluate_model, predict_scores
+from smoothrank.training.distributed import Group, agree, all_gather_objects, broadcast_object, current
+from smoothrank.training.inference import (
+    NonFiniteScoreError,
+    evaluate_model,
+    per_query_metrics,
+    predict_scores,
+)
+from smoothrank.training.precision import autocast, check_precision, grad_scaler
 from smoothrank.training.schedules import build_schedule, set_lr
 
 __all__ = [
@@ -110,6 +117,12 @@ class _Run:
     transform: Any | None  # fitted
     saved: dict[str, Any] | None  # the checkpoint resumed from
     writer_cls: Any | None  # TensorBoard's SummaryWriter
+    group: Group | None = None  # the torchrun process group (None: one process)
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes the run folder: the only one, or process 0 of a group."""
+        return self.group is None or self.group.is_main
 
     @property
     def evaluation(self) -> dict[str, Any]:
@@ -155,15 +168,33 @@ def train(config: Config, *, run_dir: str | Path | None = None, resume: bool = F
 
 def _prepare(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path | None, resume: bool,
              splits: Mapping[str, Any] | None, loss_fn: Callable[..., Tensor] | None) -> _Run:
-    run_path = _run_path(run_dir if run_dir is not None else config.output.run_dir)
-    loss = loss_fn if loss_fn is not None else build_loss(config)
-    writer_cls = _tensorboard_writer(config)
-    saved = resumed_checkpoint(run_path, config, held, resume=resume, paths=splits is None)
-    device = resolve_device(config.training.device)
-    checked = _checked_splits(config, splits)
-    if saved is not None:
-        check_resumed_data(saved, checked, run_path)
-    _check_data(checked, config, custom_loss=loss_fn is not None)
+    group = current()
+    saved, error = None, None
+    try:  # under torchrun, a check failed on any process stops them all (agree), none waits
+        if group is not None and loss_fn is not None:
+            raise ConfigError("loss_fn: a custom loss cannot train under torchrun (the exact global mean "
+                              "needs losses.informative_queries, which knows the built-in losses); set "
+                              "loss.name in the config")
+        run_path = _run_path(run_dir if run_dir is not None else config.output.run_dir)
+        loss = loss_fn if loss_fn is not None else build_loss(config)
+        writer_cls = _tensorboard_writer(config)
+        if group is None or group.is_main:  # process 0 owns the run folder
+            saved = resumed_checkpoint(run_path, config, held, resume=resume, paths=splits is None)
+        device = _process_device(resolve_device(config.training.device), group)
+        check_precision(config.training.precision, device)
+        checked = _checked_splits(config, splits)
+        if saved is not None:
+            check_resumed_data(saved, checked, run_path)
+        with warnings.catch_warnings():
+            if group is not None and not group.is_main:  # warned once, by process 0
+                warnings.simplefilter("ignore")
+            _check_data(checked, config, custom_loss=loss_fn is not None)
+    except Exception as err:
+        if group is None:
+            raise
+        error = err
+    agree(error, group)
+    saved = broadcast_object(saved, group)  # process 0's checkpoint: every process resumes from it
     n_features, index_base = checked["train"].n_features, checked["train"].index_base
     transform = build_transform(config)
     if transform is not None:
@@ -173,7 +204,14 @@ def _prepare(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path 
     loss_name = config.loss.name if loss_fn is None else getattr(loss_fn, "__name__", "loss_fn")
     return _Run(config=config, run_path=run_path, loss=loss, loss_name=loss_name, device=device,
                 splits=checked, n_features=n_features, index_base=index_base, transform=transform,
-                saved=saved, writer_cls=writer_cls)
+                saved=saved, writer_cls=writer_cls, group=group)
+
+
+def _process_device(device: torch.device, group: Group | None) -> torch.device:
+    """``training.device`` for this process: under torchrun, ``cuda`` is the local rank's GPU."""
+    if group is not None and device.type == "cuda" and device.index is None:
+        return torch.device("cuda", group.local_rank)
+    return device
 
 
 def _run_path(run_dir: str | Path) -> Path:
@@ -314,16 +352,49 @@ def _start(run: _Run, held: contextlib.ExitStack) -> LoopState:
     model = build_model(config.model, run.n_features).to(run.device)
     schedule = build_schedule(config.schedule, config.optimizer.lr)
     optimizer = build_optimizer(config, model, config.optimizer.lr)
+    scaler = grad_scaler(config.training.precision, run.device)
     if run.saved is not None:
-        return LoopState.from_dict(run.saved, model=model, optimizer=optimizer, schedule=schedule)
+        state = LoopState.from_dict(run.saved, model=model, optimizer=optimizer, schedule=schedule,
+                                    scaler=scaler)
+    else:
+        error = None
+        try:
+            if run.writes:
+                _create_run_folder(run, held)
+        except Exception as err:
+            if run.group is None:
+                raise
+            error = err
+        agree(error, run.group)
+        state = LoopState(model=model, optimizer=optimizer, schedule=schedule,
+                          best_state=copy.deepcopy(model.state_dict()), scaler=scaler)
+    if run.group is not None:
+        device_ids = [run.device.index] if run.device.type == "cuda" else None
+        state.scorer = nn.parallel.DistributedDataParallel(
+            _Scorer(model, config.training.length_groups), device_ids=device_ids)
+    return state
+
+
+def _create_run_folder(run: _Run, held: contextlib.ExitStack) -> None:
+    """A new run's folder, locked, with its ``config.yaml``."""
     run.run_path.mkdir(parents=True, exist_ok=True)
     held.enter_context(folder_lock(run.run_path, "a training run"))
     if (run.run_path / CHECKPOINT).exists():  # another process started this run since the first check
         raise ConfigError(f"{run.run_path} already holds a run; pass --resume to continue it or choose "
                           "another output.run_dir")
-    atomic_write_text(run.run_path / CONFIG_FILE, dump_config(config))
-    return LoopState(model=model, optimizer=optimizer, schedule=schedule,
-                     best_state=copy.deepcopy(model.state_dict()))
+    atomic_write_text(run.run_path / CONFIG_FILE, dump_config(run.config))
+
+
+class _Scorer(nn.Module):
+    """The model scored in length groups as one forward pass: what DistributedDataParallel wraps
+    (it expects one forward per backward)."""
+
+    def __init__(self, model: nn.Module, groups: int) -> None:
+        super().__init__()
+        self.model, self.groups = model, groups
+
+    def forward(self, features: Tensor, mask: Tensor) -> Tensor:
+        return score_in_length_groups(self.model, features, mask, groups=self.groups)
 
 
 # --- the epochs --------------------------------------------------------------------------------
@@ -334,9 +405,11 @@ def _run_epochs(run: _Run, state: LoopState, *, quiet: bool, stop_after_epoch: i
     interrupts the run, else None (the run is to be finished)."""
     config = run.config
     epochs = config.training.epochs
-    writer = run.writer_cls(str(run.run_path / "tensorboard")) if run.writer_cls is not None else None
+    writer = (run.writer_cls(str(run.run_path / "tensorboard"))
+              if run.writer_cls is not None and run.writes else None)
     steps = math.ceil(run.splits["train"].n_queries / config.training.batch_size)
-    progress = _Progress(epochs, state.epoch, steps, quiet=quiet, metric=config.evaluation.select_by,
+    progress = _Progress(epochs, state.epoch, steps, quiet=quiet or not run.writes,
+                         metric=config.evaluation.select_by,
                          desc=f"{run.loss_name} [{config.evaluation.convention}]")
     try:
         for epoch in range(state.epoch, epochs):
@@ -373,13 +446,17 @@ def _train_epoch(run: _Run, state: LoopState, epoch: int, progress: _Progress) -
 
     training = run.config.training
     torch_seed, data_seed = _epoch_seeds(run.config.seed, epoch)
+    if run.group is not None and run.group.rank > 0:  # dropout: other draws on every process
+        rank_seeds = np.random.SeedSequence([run.config.seed, epoch, run.group.rank])
+        torch_seed = int(rank_seeds.generate_state(1, dtype=np.uint32)[0])
     torch.manual_seed(torch_seed)
     lr = state.optimizer.param_groups[0]["lr"]
     state.model.train()
     total, count = 0.0, 0
     for step, batch in enumerate(training_batches(
             run.splits["train"], list_size=training.list_size, batch_size=training.batch_size, shuffle=True,
-            seed_or_generator=data_seed, sampling=training.sampling, pad=training.pad)):
+            seed_or_generator=data_seed, sampling=training.sampling, pad=training.pad,
+            shard=run.group.shard if run.group is not None else None)):
         total += _training_step(run, state, batch, epoch, step)
         count += 1
         progress.step(epoch + 1, total / count)
@@ -395,10 +472,17 @@ def _training_step(run: _Run, state: LoopState, batch: Any, epoch: int, step: in
     """One optimiser step on ``batch``; the loss before it."""
     config, model = run.config, state.model
     mask = batch.mask.to(run.device)
-    scores = score_in_length_groups(model, batch.features.to(run.device), mask,
-                                    groups=config.training.length_groups)
     try:
-        value = run.loss(scores, batch.labels.to(run.device), mask=mask)
+        with autocast(config.training.precision, run.device):
+            if state.scorer is not None:
+                scores = state.scorer(batch.features.to(run.device), mask)
+            else:
+                scores = score_in_length_groups(model, batch.features.to(run.device), mask,
+                                                groups=config.training.length_groups)
+            if run.group is None:
+                value = logged = run.loss(scores, batch.labels.to(run.device), mask=mask)
+            else:
+                value, logged = _global_mean(run, scores, batch.labels.to(run.device), mask)
     except SmoothrankError:
         # The losses refuse non-finite scores; if that is why, say when and why. Checked
         # only here, so that the training step itself pays nothing for it.
@@ -406,15 +490,50 @@ def _training_step(run: _Run, state: LoopState, batch: Any, epoch: int, step: in
             raise
         raise TrainingError(_diverged(config, "the model's scores became infinite or NaN",
                                       epoch, step)) from None
-    if not torch.isfinite(value):
-        raise TrainingError(_diverged(config, f"the loss {run.loss_name!r} became {value.item()}",
+    if not torch.isfinite(logged):
+        raise TrainingError(_diverged(config, f"the loss {run.loss_name!r} became {logged.item()}",
                                       epoch, step))
     state.optimizer.zero_grad(set_to_none=True)
-    value.backward()
+    scaler = state.scaler
+    if scaler is None:
+        value.backward()
+    else:
+        scaler.scale(value).backward()  # float16: scaled; else as it is
     if config.training.grad_clip is not None:
+        if scaler is not None:
+            scaler.unscale_(state.optimizer)
         nn.utils.clip_grad_norm_(model.parameters(), config.training.grad_clip)
-    state.optimizer.step()
-    return float(value.detach())
+    if scaler is None:
+        state.optimizer.step()
+    else:
+        scaler.step(state.optimizer)
+        scaler.update()
+    return float(logged.detach())
+
+
+def _global_mean(run: _Run, scores: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """This process's share of the global batch's loss, scaled so that DistributedDataParallel's
+    average of the processes' gradients is the gradient of the mean over the global batch's
+    informative queries (what ``reduction="mean"`` gives one process); and that mean, for the log.
+
+    Each process sums its queries' losses; the count of informative queries and the sums are
+    all-reduced, and the share is ``sum * world_size / n``. A process whose share of a short last
+    batch is empty contributes a zero loss that still reaches every weight, so that every process
+    joins the gradients' all-reduce.
+    """
+    from smoothrank import losses
+
+    if scores.shape[0] == 0:
+        local = scores.float().sum() * 0.0
+        n_local = torch.zeros((), device=scores.device)
+    else:
+        dtype = scores.dtype if scores.dtype in (torch.float32, torch.float64) else torch.float32
+        n_local = losses.informative_queries(run.loss, labels, mask=mask, dtype=dtype).sum()
+        local = run.loss(scores, labels, mask=mask, reduction="sum")
+    totals = torch.stack([n_local.double(), local.detach().double()])
+    torch.distributed.all_reduce(totals)
+    n = totals[0].clamp_min(1)
+    return local * (run.group.world_size / n).to(local.dtype), totals[1] / n
 
 
 def _diverged(config: Config, what: str, epoch: int, step: int) -> str:
@@ -445,6 +564,9 @@ def _close_epoch(run: _Run, state: LoopState, row: dict[str, Any], epoch: int, s
     set_lr(state.optimizer, action.lr)
     if action.reinitialize:
         reinitialize(state.model)
+        if run.group is not None:  # process 0's draws on every process
+            for tensor in state.model.state_dict().values():
+                torch.distributed.broadcast(tensor, src=0)
         # fresh moments for fresh weights
         state.optimizer = build_optimizer(run.config, state.model, action.lr)
     row["reinitialized"] = action.reinitialize
@@ -455,8 +577,9 @@ def _close_epoch(run: _Run, state: LoopState, row: dict[str, Any], epoch: int, s
     row["early_stopped"] = state.stopped
     state.history.append(row)
     state.epoch = epoch + 1
-    atomic_write_text(run.run_path / METRICS_LOG, "".join(json.dumps(r) + "\n" for r in state.history))
-    save_checkpoint(run.run_path / CHECKPOINT, state, config=run.config, splits=run.splits)
+    if run.writes:
+        atomic_write_text(run.run_path / METRICS_LOG, "".join(json.dumps(r) + "\n" for r in state.history))
+        save_checkpoint(run.run_path / CHECKPOINT, state, config=run.config, splits=run.splits)
 
 
 def _evaluate_epoch(run: _Run, state: LoopState, row: dict[str, Any], epoch: int
@@ -468,15 +591,34 @@ def _evaluate_epoch(run: _Run, state: LoopState, row: dict[str, Any], epoch: int
     if state.schedule.needs_train_metric:
         metric = config.schedule.metric
         with _scoring_after(config, epoch):
-            train_metric = evaluate_model(state.model, run.splits["train"], **{
+            train_metric = _evaluate(run, state.model, run.splits["train"], **{
                 **run.evaluation, "metrics": [metric]})[metric]
         row[f"train_{metric}"] = train_metric
     if "valid" not in run.splits:
         return train_metric, math.nan  # no validation split: no selection, the last epoch is kept
     with _scoring_after(config, epoch):
-        valid = evaluate_model(state.model, run.splits["valid"], **run.evaluation)
+        valid = _evaluate(run, state.model, run.splits["valid"], **run.evaluation)
     row.update({f"valid_{k}": v for k, v in valid.items()})
     return train_metric, valid[config.evaluation.select_by]
+
+
+def _evaluate(run: _Run, model: nn.Module, dataset: Any, **evaluation: Any) -> dict[str, float]:
+    """:func:`evaluate_model`; under torchrun each process scores a contiguous share of the queries and
+    the per-query values are gathered, so that the means are over all queries, as one process has them."""
+    if run.group is None:
+        return evaluate_model(model, dataset, **evaluation)
+    from smoothrank.data.batching import share_bounds
+    from smoothrank.metrics import mean_metrics
+    from smoothrank.metrics.evaluate import metric_list
+
+    start, stop = share_bounds(dataset.n_queries, run.group.world_size, run.group.rank)
+    if stop > start:
+        mine = per_query_metrics(model, dataset.subset(np.arange(start, stop)), **evaluation)
+    else:
+        mine = {name: torch.zeros(0, dtype=torch.float64) for name in metric_list(evaluation["metrics"])}
+    shares = all_gather_objects(mine, run.group)
+    per_query = {name: torch.cat([share[name] for share in shares]) for name in mine}
+    return {name: float(value) for name, value in mean_metrics(per_query).items()}
 
 
 def _select(state: LoopState, current: float, *, has_valid: bool, epoch: int) -> None:
@@ -499,8 +641,12 @@ def _finish(run: _Run, state: LoopState) -> TrainResult:
     model.eval()
     valid_set, test_set = run.splits.get("valid"), run.splits.get("test")
     with _scoring_after(config, state.best_epoch - 1):
-        valid_metrics = evaluate_model(model, valid_set, **run.evaluation) if valid_set is not None else {}
-        test_metrics = evaluate_model(model, test_set, **run.evaluation) if test_set is not None else {}
+        valid_metrics = _evaluate(run, model, valid_set, **run.evaluation) if valid_set is not None else {}
+        test_metrics = _evaluate(run, model, test_set, **run.evaluation) if test_set is not None else {}
+    if not run.writes:  # process 0 saves the model and the summary
+        return TrainResult(model=model, best_epoch=state.best_epoch, best_value=state.best_value,
+                           history=state.history, valid_metrics=valid_metrics, test_metrics=test_metrics,
+                           run_dir=run.run_path)
     save_model(run.run_path / MODEL_FILE, model, config=config, n_features=run.n_features,
                transform_state=run.transform.state_dict() if run.transform is not None else None,
                metadata={"best_epoch": state.best_epoch, "valid": valid_metrics}, index_base=run.index_base)
