@@ -181,6 +181,17 @@ def test_cli_export_writes_what_predict_scores(tmp_path, mq2008, capsys):
     assert main(["export", str(artifact), "--format", "torchscript", "--out", str(tmp_path / "m.ts")]) == 0
     assert "inputs: features, mask" in capsys.readouterr().err
     _check_parity(artifact, tmp_path / "m.ts", "torchscript", test, with_mask=True)
+    # `smoothrank predict` itself, on the same queries as a LETOR file: the exported graph's scores
+    from smoothrank.data import read_predictions, write_letor
+
+    write_letor(tmp_path / "test.txt", test)
+    assert main(["predict", str(artifact), str(tmp_path / "test.txt"), "--out", str(tmp_path / "p")]) == 0
+    predicted = read_predictions(tmp_path / "p", expected=test.n_docs)
+    module = torch.jit.load(str(tmp_path / "m.ts"))
+    for features, mask, rows in _padded(test):
+        with torch.no_grad():
+            scores = module(features, mask).numpy()
+        np.testing.assert_allclose(scores[rows >= 0], predicted[rows[rows >= 0]], rtol=0, atol=1e-5)
     assert main(["export", str(artifact), "--out", str(artifact)]) != 0  # the input itself
     assert "is the MODEL file" in capsys.readouterr().err
     assert main(["export", str(artifact), "--out", str(tmp_path / "no" / "m.onnx")]) != 0
