@@ -255,6 +255,12 @@ def test_array_scoring_refuses_bad_input_naming_it(exports, mq2008):
         loaded.score_query(bad)
     with pytest.raises(SmoothrankError, match=r"qid: expected one query id per row \(3,\)"):
         loaded.predict(np.zeros((3, width)), qid=[1, 2])
+    huge = np.zeros((4, width))
+    huge[2, 20] = 3e38  # finite float32, beyond it once standardised
+    for qid in (None, [7, 8, 7, 8]):
+        with pytest.raises(SmoothrankError, match=r"features\[2, 20\] \(3e\+38\) is inf after the fitted "
+                                                  r"Standardize transform"):
+            loaded.predict(huge, qid=qid)
 
 
 def test_loading_and_scoring_import_only_what_scoring_needs(exports):

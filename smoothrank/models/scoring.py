@@ -263,6 +263,12 @@ def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features:
         One score per row, in input order.
     """
     x = _checked_features(features, n_features)
+    if qid is None and x.shape[0] > 0:  # one query: no grouping, no padding
+        batch, mask = torch.from_numpy(x)[None], torch.ones((1, x.shape[0]), dtype=torch.bool)
+        scores = module(batch, mask)[0].double().numpy()
+        if not np.isfinite(scores).all():
+            _refuse(module, batch, mask, np.arange(x.shape[0])[None], x)
+        return scores
     order, query = query_order(x.shape[0], qid)
     n_queries = int(query[-1]) + 1 if query.size else 0
     starts = np.searchsorted(query, np.arange(n_queries + 1))
@@ -279,8 +285,27 @@ def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features:
         mask[q, pos] = True
         out = module(batch, mask)[q, pos].double().numpy()
         if not np.isfinite(out).all():
-            row = int(order[rows][np.argmax(~np.isfinite(out))])
-            raise SmoothrankError(f"features[{row}]: the model scored this row {out[~np.isfinite(out)][0]} "
-                                  "(its features are too large for the model's arithmetic)")
+            slots = np.full(tuple(mask.shape), -1)
+            slots[q, pos] = order[rows]
+            _refuse(module, batch, mask, slots, x)
         scores[order[rows]] = out
     return scores
+
+
+def _refuse(module: nn.Module, batch: Tensor, mask: Tensor, rows: np.ndarray, x: np.ndarray) -> None:
+    """An error naming the first input row (``rows``: the input row of each slot, -1 for padding) whose
+    transformed features or score are not finite, and the transform that made them so."""
+    current = batch
+    for step in module.transforms:
+        current = step(current, mask)
+        bad = ~torch.isfinite(current) & mask.unsqueeze(-1)
+        if bool(bad.any()):
+            b, j, col = (int(i) for i in torch.nonzero(bad)[0])
+            row = int(rows[b, j])
+            name = type(step).__name__.strip("_")
+            raise SmoothrankError(f"features[{row}, {col}] ({x[row, col]:g}) is {float(current[b, j, col])} "
+                                  f"after the fitted {name} transform (beyond float32)")
+    scores = module(batch, mask)
+    b, j = (int(i) for i in torch.nonzero(~torch.isfinite(scores) & mask)[0])
+    raise SmoothrankError(f"features[{int(rows[b, j])}]: the model scored this row {float(scores[b, j])} "
+                          "(its features are too large for the model's arithmetic)")
