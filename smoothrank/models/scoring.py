@@ -28,6 +28,9 @@ __all__ = ["ScoringModule", "needs_mask", "query_order", "score_rows", "scoring_
 
 
 class _Standardize(nn.Module):
+    mean: Tensor
+    std: Tensor
+
     def __init__(self, mean: Any, std: Any) -> None:
         super().__init__()
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float64))
@@ -38,6 +41,8 @@ class _Standardize(nn.Module):
 
 
 class _SignedLog1p(nn.Module):
+    columns: Tensor
+
     def __init__(self, columns: list[int] | None, n_features: int) -> None:
         super().__init__()
         chosen = torch.ones(n_features, dtype=torch.bool)
@@ -107,6 +112,8 @@ class ScoringModule(nn.Module):
 
     The fitted transforms, then the network, in evaluation mode. Without a mask every slot is real.
     """
+
+    transforms: nn.ModuleList
 
     def __init__(self, network: nn.Module, transforms: nn.ModuleList, n_features: int) -> None:
         super().__init__()
@@ -243,7 +250,7 @@ def _checked_features(features: Any, n_features: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features: int,
+def score_rows(module: ScoringModule, features: Any, qid: Any = None, *, n_features: int,
                batch_size: int = 256) -> np.ndarray:
     """Score rows of raw features with a :class:`ScoringModule` taking ``(features, mask)``.
 
@@ -292,7 +299,7 @@ def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features:
     return scores
 
 
-def _refuse(module: nn.Module, batch: Tensor, mask: Tensor, rows: np.ndarray, x: np.ndarray) -> None:
+def _refuse(module: ScoringModule, batch: Tensor, mask: Tensor, rows: np.ndarray, x: np.ndarray) -> None:
     """An error naming the first input row (``rows``: the input row of each slot, -1 for padding) whose
     transformed features or score are not finite, and the transform that made them so."""
     current = batch
