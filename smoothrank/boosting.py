@@ -75,8 +75,8 @@ from smoothrank.data.batching import length_buckets
 from smoothrank.errors import SmoothrankError
 from smoothrank.losses import BoundLoss
 
-__all__ = ["HESSIANS", "boosting_gradients", "check_objective", "lgbm_ranker_objective", "lightgbm_objective",
-           "xgboost_objective"]
+__all__ = ["HESSIANS", "boosting_gradients", "check_min_hessian", "check_objective", "lgbm_ranker_objective",
+           "lightgbm_objective", "xgboost_objective"]
 
 #: The Hessian choices of :func:`boosting_gradients`.
 HESSIANS = ("constant", "diagonal", "curvature")
@@ -169,7 +169,7 @@ def _check_dtype_device(dtype: Any, device: Any) -> None:
             raise SmoothrankError(f"device: {err}") from None
 
 
-def _check_min_hessian(min_hessian: Any) -> None:
+def check_min_hessian(min_hessian: Any) -> None:
     """Raise :class:`SmoothrankError` naming ``min_hessian`` unless it is a positive finite number."""
     kinds = int | float | np.integer | np.floating
     number = not isinstance(min_hessian, bool) and isinstance(min_hessian, kinds)
@@ -211,7 +211,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     fn = _bind(loss, options)
     if hessian not in HESSIANS:
         raise SmoothrankError(f"hessian: expected one of {HESSIANS}, got {hessian!r}")
-    _check_min_hessian(min_hessian)
+    check_min_hessian(min_hessian)
     _check_dtype_device(dtype, device)
     if not isinstance(chunk_items, int | np.integer) or isinstance(chunk_items, bool) or chunk_items < 1:
         raise SmoothrankError(f"chunk_items: expected a positive integer, got {chunk_items!r}")
@@ -220,7 +220,9 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     w = None if weights is None else _flat(weights, "weights", s.shape[0])
     sizes = _sizes(group_sizes, s.shape[0])
     raw = None
-    if _FLAT_KERNELS:  # compiled per-query kernels on the flat arrays (smoothrank.boosting_kernels)
+    # Compiled per-query kernels on the flat arrays (smoothrank.boosting_kernels); the diagonal only
+    # where the loss has it in closed form.
+    if _FLAT_KERNELS and (hessian != "diagonal" or _closed_form_diagonal(fn) is not None):
         from smoothrank import boosting_kernels
 
         raw = boosting_kernels.flat_gradients(fn, s, y, sizes, hessian=hessian, dtype=dtype, device=device)

@@ -194,3 +194,94 @@ def test_cache_command_lists_and_clears(synthetic, capsys):
     assert "1 entry" in out and str(os.path.realpath(synthetic)) in out
     assert main(["cache", "clear"]) == 0
     assert "removed 1 entry" in capsys.readouterr().out and store.entries() == []
+
+
+def test_training_on_the_store_gives_the_model_of_in_memory_arrays(tmp_path):
+    import torch
+
+    from smoothrank.training import train
+    from smoothrank.training.config import config_from_dict
+
+    train_file = write_synthetic_letor(tmp_path / "tr.txt", 40, (5, 25), 10, seed=1)
+    valid_file = write_synthetic_letor(tmp_path / "va.txt", 10, (5, 25), 10, seed=2)
+    models = {}
+    for cached in (True, False):
+        splits = {"train": load_letor(train_file, cache=cached),
+                  "valid": load_letor(valid_file, cache=cached)}
+        assert isinstance(splits["train"].features, np.memmap) == cached
+        config = config_from_dict({
+            "seed": 0, "data": {"train": str(train_file), "valid": str(valid_file)},
+            "model": {"kind": "mlp", "hidden": [8]}, "loss": {"name": "list_net"},
+            "transforms": ["signed_log1p", "standardize"],
+            "training": {"epochs": 2, "batch_size": 8, "list_size": 16},
+            "output": {"run_dir": str(tmp_path / f"run-{cached}")}})
+        models[cached] = train(config, quiet=True, splits=splits).model.state_dict()
+    assert models[True].keys() == models[False].keys()
+    for name in models[True]:
+        assert torch.equal(models[True][name], models[False][name]), name
+    # the transformed store splits were maps of temporary files, left nowhere
+    assert not [p for p in store.cache_dir().iterdir() if p.name.startswith(".tmp-")]
+
+
+# ------------------------------------------------------------------ inputs beyond one LETOR file
+def test_shards_are_read_as_one_dataset(tmp_path):
+    from smoothrank.data import concat_datasets
+
+    for i in range(3):
+        write_synthetic_letor(tmp_path / f"part-{i}.txt", 7 + i, (3, 9), 6, seed=i)
+    files = [tmp_path / f"part-{i}.txt" for i in range(3)]
+    expected = concat_datasets([load_letor(f, cache=False) for f in files])
+    by_list = load_letor([str(f) for f in files], cache=False)
+    _same(by_list, expected)
+    assert by_list.n_queries == 7 + 8 + 9  # the qids 1..7 of every part stay lists of their own
+    stored = load_letor(str(tmp_path / "part-*.txt"), cache=True)
+    _same(stored, expected)
+    assert isinstance(stored.features, np.memmap) and stored.source.count(" + ") == 2
+    assert len(store.entries()) == 4  # the three files and their concatenation
+    _same(load_letor(str(tmp_path / "part-*.txt"), cache=True), expected)
+    assert len(store.entries()) == 4
+    # a changed shard: the concatenation is rebuilt
+    write_synthetic_letor(files[1], 3, 4, 6, seed=11)
+    assert load_letor(str(tmp_path / "part-*.txt"), cache=True).n_queries == 7 + 3 + 9
+    with pytest.raises(FileNotFoundError, match="No file matches"):
+        load_letor(str(tmp_path / "nothing-*.txt"))
+    # a narrower later shard takes the first one's width; an error names its own file and line
+    (tmp_path / "narrow.txt").write_text("1 qid:1 1:1\n")
+    assert load_letor([files[0], tmp_path / "narrow.txt"], cache=False).n_features == 6
+    (tmp_path / "bad.txt").write_text("1 qid:1 1:1\n0 qid:1 1:x\n")
+    with pytest.raises(SmoothrankError, match=r"bad\.txt:2: the feature value"):
+        load_letor([files[0], tmp_path / "bad.txt"], cache=True)
+
+
+def test_parquet_and_arrow_tables(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    from smoothrank.data import load_table
+
+    data = make_synthetic(30, (2, 9), 5, seed=3)
+    columns = {"relevance": data.labels.astype(np.int64), "query": data.query_ids,
+               **{f"f{j}": data.features[:, j] for j in range(5)}, "note": ["x"] * data.labels.shape[0]}
+    table = pa.table(columns)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=37)  # queries across row groups
+    feather.write_feather(table, tmp_path / "t.arrow")
+    expected = data.to_dataset()
+    for name in ("t.parquet", "t.arrow"):
+        for cache in (False, True, True):
+            ds = load_table(tmp_path / name, label="relevance", qid="query", cache=cache)
+            np.testing.assert_array_equal(ds.features, expected.features)
+            np.testing.assert_array_equal(ds.labels, expected.labels)
+            np.testing.assert_array_equal(ds.offsets, expected.offsets)
+            assert ds.qids.tolist() == expected.qids.tolist() and ds.index_base is None
+            assert isinstance(ds.features, np.memmap) == cache
+    picked = load_table(tmp_path / "t.parquet", label="relevance", qid="query", features=["f3", "f1"])
+    np.testing.assert_array_equal(picked.features, expected.features[:, [3, 1]])
+    with pytest.raises(SmoothrankError, match=r"t\.parquet: no column 'label' \(label=\)"):
+        load_table(tmp_path / "t.parquet", qid="query")
+    bad = table.set_column(0, "relevance", pa.array([0.5] + [1] * (len(table) - 1)))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with pytest.raises(SmoothrankError, match=r"bad\.parquet: row 1: label \('relevance'\) 0\.5 is not an"):
+        load_table(tmp_path / "bad.parquet", label="relevance", qid="query")
+    with pytest.raises(SmoothrankError, match=r"column 'note' holds string, not numbers"):
+        load_table(tmp_path / "t.parquet", label="relevance", qid="query", features=["f0", "note"])

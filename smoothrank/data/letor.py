@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import mmap
 import os
 import re
@@ -51,7 +52,7 @@ from smoothrank.data._rows import (
     show,
     stored_dataset,
 )
-from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset
+from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset, concat_datasets
 from smoothrank.errors import DataFormatError, IndexBaseError, SmoothrankError, SmoothrankWarning
 
 _DOCID = re.compile(rb"docid\s*=\s*(\S+)")
@@ -74,7 +75,7 @@ _CHUNK_BYTES = 1 << 24
 
 # --------------------------------------------------------------------------------- public API
 def load_letor(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     n_features: int | None = None,
     query_file: str | os.PathLike[str] | None = "auto",
@@ -92,7 +93,10 @@ def load_letor(
     ----------
     path
         The file. gzip is recognised by its magic bytes, whatever the suffix; bz2, xz, zip, zstd and
-        UTF-16 files are refused by theirs (decompress or convert them first).
+        UTF-16 files are refused by theirs (decompress or convert them first). Several files (shards)
+        are read as one dataset, queries in file order: a list of paths, or a glob pattern such as
+        ``"train-*.txt"`` (files in sorted order). The first file then fixes the feature count and
+        index base of the others (unless given), and a query id in two files stays two lists.
     n_features
         The declared feature count; an index beyond it is an error. ``None``: the largest index.
     query_file
@@ -125,16 +129,22 @@ def load_letor(
     Dataset
         Rows in file order; ``doc_ids`` from a ``#docid = X`` comment, else the line number.
     """
-    path = Path(path)
-    if not path.is_file():
-        if path.exists():
-            raise SmoothrankError(f"{path}: not a file")
-        raise FileNotFoundError(2, "No such file or directory", str(path))
     options = ReaderOptions(n_features, zero_based, null_value, allow_real_labels, allow_negative_labels,
                             regroup)
     if cache is not None:
         check_bool(cache, "cache")
     verify = check_bool(verify, "verify")
+    shards = _shard_paths(path)
+    if shards is not None:
+        if query_file not in (None, "auto"):
+            raise SmoothrankError("query_file: give one per file: with several files, each file's .query "
+                                  "side file is found beside it (query_file='auto')")
+        return _load_shards(shards, options, query_file=query_file, cache=cache, verify=verify)
+    path = Path(path)  # type: ignore[arg-type]
+    if not path.is_file():
+        if path.exists():
+            raise SmoothrankError(f"{path}: not a file")
+        raise FileNotFoundError(2, "No such file or directory", str(path))
     side = _find_query_file(path, query_file)
     use_cache = cache if cache is not None else path.stat().st_size >= AUTO_CACHE_BYTES
     if use_cache:
@@ -144,6 +154,92 @@ def load_letor(
     with gzip_errors(path), _memory_errors(path):
         parsed = _parse_file(path, side, options, Rows)
     return parsed.dataset(str(path))
+
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _shard_paths(path: object) -> list[Path] | None:
+    """The files of a list of paths, or of a glob pattern (a string with ``*``, ``?`` or ``[`` that
+    is not an existing file), sorted; None for one file."""
+    if isinstance(path, list | tuple):
+        if not path:
+            raise SmoothrankError("path: an empty list of files")
+        return [Path(p) for p in path]
+    if isinstance(path, str) and _GLOB.search(path) and not Path(path).exists():
+        matches = sorted(Path(p) for p in glob.glob(path) if Path(p).is_file())
+        if not matches:
+            raise FileNotFoundError(2, "No file matches the pattern", path)
+        return matches
+    return None
+
+
+def _load_shards(paths: list[Path], options: ReaderOptions, *, query_file: str | None, cache: bool | None,
+                 verify: bool) -> Dataset:
+    """Several LETOR files read as one dataset, queries in file order. The first file fixes the
+    feature count of the others (unless ``n_features`` is given) and the index base (unless
+    ``zero_based`` is), as :func:`smoothrank.datasets.load_splits` does for a config's splits; a
+    query id in two files stays two lists (as :func:`concat_datasets`). Through the store, the
+    result is one more entry (copied from the files' entries a block of rows at a time)."""
+    parts: list[Dataset] = []
+    for path in paths:
+        first = parts[0] if parts else None
+        width = first.n_features if first is not None and options.n_features is None else options.n_features
+        base = options.zero_based
+        if first is not None and base == "auto" and first.index_base is not None:
+            base = first.index_base == 0
+        parts.append(load_letor(path, n_features=width, query_file=query_file, zero_based=base,
+                                null_value=options.null_value, allow_real_labels=options.allow_real_labels,
+                                allow_negative_labels=options.allow_negative_labels, regroup=options.regroup,
+                                cache=cache, verify=verify))
+    if len(parts) == 1:
+        return parts[0]
+    if not all(isinstance(p.features, np.memmap) for p in parts):
+        return concat_datasets(parts)
+    identity = {"path": None, "size": None, "mtime_ns": None, "inode": None, "bundled": None, "side": None,
+                "shards": [store.source_identity(p, None) for p in paths], "options": options.as_dict()}
+    source = " + ".join(str(p) for p in paths)
+    for entry, manifest in store.find(identity):
+        if (dataset := open_entry(entry, manifest, source)) is not None:
+            store.touch(entry)
+            return dataset
+        store.remove(entry)
+    try:
+        with store.EntryWriter(identity, source) as writer:
+            entry = _write_concatenation(writer, parts)
+    except OSError as err:
+        warnings.warn(f"could not write the dataset cache in {store.cache_dir()}: {err}; concatenating "
+                      "in memory", SmoothrankWarning, stacklevel=3)
+        return concat_datasets(parts)
+    store.evict(keep=entry)
+    dataset = open_entry(entry, store.read_manifest(entry) or {}, source)
+    if dataset is None:  # pragma: no cover - just written
+        raise SmoothrankError(f"{entry}: the dataset cache entry just written cannot be read back")
+    return dataset
+
+
+def _write_concatenation(writer: store.EntryWriter, parts: list[Dataset]) -> Path:
+    n = sum(p.n_docs for p in parts)
+    for name in ROW_ARRAYS:
+        arrays = [getattr(p, name) for p in parts]
+        dtype = np.result_type(*arrays)
+        out = writer.allocate(name, dtype, (n, *arrays[0].shape[1:]))
+        r = 0
+        for array in arrays:
+            for start in range(0, array.shape[0], 1 << 16):
+                block = array[start:start + (1 << 16)]
+                out[r:r + block.shape[0]] = block
+                r += block.shape[0]
+        out.flush()
+        del out
+    starts = np.cumsum([0] + [p.n_docs for p in parts[:-1]])
+    offsets = np.concatenate([parts[0].offsets[:1]] + [p.offsets[1:] + s for p, s in zip(parts, starts,
+                                                                                          strict=True)])
+    writer.array("offsets", offsets.astype(np.int64), mmap=False)
+    writer.array("qids", np.concatenate([p.qids for p in parts]), mmap=False)
+    bases = {p.index_base for p in parts}
+    return writer.commit({"parse": {"index_base": bases.pop() if len(bases) == 1 else None,
+                                    "n_features": parts[0].n_features, "shards": len(parts)}})
 
 
 def _parse_file(path: Path, side: Path | None, options: ReaderOptions,
@@ -181,8 +277,8 @@ def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify
             if recorded is not None:
                 store.remove(entry)  # same size and time, other bytes
             continue
-        if _serves(manifest.get("parse", {}), options):
-            dataset = _open_entry(entry, manifest, str(path))
+        if serves(manifest.get("parse", {}), options):
+            dataset = open_entry(entry, manifest, str(path))
             if dataset is not None:
                 store.touch(entry)
                 return dataset
@@ -194,7 +290,7 @@ def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify
                 warnings.warn(f"{path} changed while it was read; not cached", SmoothrankWarning,
                               stacklevel=3)
                 return parsed.dataset(str(path))
-            entry = _commit(writer, parsed)
+            entry = commit_entry(writer, parsed)
     except OSError as err:
         if err.filename is not None and os.path.realpath(err.filename) == identity["path"]:
             raise  # about the source itself, not the store
@@ -202,13 +298,13 @@ def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify
                       "into memory", SmoothrankWarning, stacklevel=3)
         return None
     store.evict(keep=entry)
-    dataset = _open_entry(entry, store.read_manifest(entry) or {}, str(path))
+    dataset = open_entry(entry, store.read_manifest(entry) or {}, str(path))
     if dataset is None:  # pragma: no cover - just written
         raise SmoothrankError(f"{entry}: the dataset cache entry just written cannot be read back")
     return dataset
 
 
-def _commit(writer: store.EntryWriter, parsed: Parsed) -> Path:
+def commit_entry(writer: store.EntryWriter, parsed: Parsed) -> Path:
     for name in ("qids", "offsets"):
         writer.array(name, parsed.arrays[name], mmap=False)
     for name in ROW_ARRAYS:
@@ -216,13 +312,15 @@ def _commit(writer: store.EntryWriter, parsed: Parsed) -> Path:
     return writer.commit({"parse": parsed.info})
 
 
-def _open_entry(entry: Path, manifest: dict[str, Any], source: str) -> Dataset | None:
+def open_entry(entry: Path, manifest: dict[str, Any], source: str) -> Dataset | None:
     """The dataset of a store entry (memory maps), or None where it is damaged or inconsistent."""
     arrays = store.open_arrays(entry, manifest)
     if arrays is None:
         return None
     try:
-        return stored_dataset({**arrays, "index_base": manifest["parse"]["index_base"]}, source)
+        info = manifest["parse"]
+        base = None if info.get("table") else info["index_base"]  # a table has no index base
+        return stored_dataset({**arrays, "index_base": base}, source)
     except (SmoothrankError, KeyError, TypeError):
         return None
 
@@ -231,8 +329,8 @@ def _source_digest(path: Path, side: Path | None) -> str:
     return "+".join(store.file_digest(p) for p in (path, side) if p is not None)
 
 
-def _serves(info: dict[str, Any], options: ReaderOptions) -> bool:
-    """Whether an entry whose parse is described by ``info`` (:func:`_rows.assemble`) holds what
+def serves(info: dict[str, Any], options: ReaderOptions) -> bool:
+    """Whether an entry whose parse is described by ``info`` (``_rows.assemble``) holds what
     reading its source with ``options`` gives, and that read would raise no error (which only the
     parser names with its line)."""
     try:
@@ -264,7 +362,7 @@ def load_stored_text(name: str, text: bytes, *, source: str, cache: bool = True)
     identity = {"path": None, "size": None, "mtime_ns": None, "inode": None, "bundled": name, "side": None}
     if cache:
         for entry, manifest in store.find(identity):
-            if (dataset := _open_entry(entry, manifest, source)) is not None:
+            if (dataset := open_entry(entry, manifest, source)) is not None:
                 store.touch(entry)
                 return dataset
             store.remove(entry)

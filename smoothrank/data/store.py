@@ -39,7 +39,8 @@ import numpy as np
 from smoothrank.errors import SmoothrankError
 
 __all__ = ["STORE_FORMAT", "EntryInfo", "EntryWriter", "cache_dir", "cache_limit", "clear", "entries",
-           "evict", "file_digest", "find", "open_arrays", "remove", "source_identity", "touch"]
+           "evict", "file_digest", "find", "open_arrays", "remove", "scratch_array", "source_identity",
+           "touch"]
 
 #: Bump when an entry's layout, or the parser's output for the same input and options, changes.
 STORE_FORMAT = 5
@@ -95,7 +96,9 @@ def source_identity(path: Path, side: Path | None = None) -> dict[str, Any]:
 def entry_prefix(identity: Mapping[str, Any]) -> str:
     """The name stem of the entries of a source: a hash of its path and its side file's path."""
     side = identity.get("side")
-    key = json.dumps([STORE_FORMAT, identity.get("path"), side and side.get("path"), identity.get("bundled")])
+    shards = [s.get("path") for s in identity.get("shards") or []]
+    key = json.dumps([STORE_FORMAT, identity.get("path"), side and side.get("path"), identity.get("bundled"),
+                      shards, identity.get("options")], sort_keys=True)
     return hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
 
 
@@ -104,6 +107,12 @@ def _same_source(recorded: Mapping[str, Any] | None, current: Mapping[str, Any])
         return False
     fields = ("path", "size", "mtime_ns", "inode", "bundled")
     if any(recorded.get(f) != current.get(f) for f in fields):
+        return False
+    if recorded.get("options") != current.get("options"):
+        return False
+    shards, now_shards = recorded.get("shards") or [], current.get("shards") or []
+    if len(shards) != len(now_shards) or not all(_same_source(a, b) for a, b in zip(shards, now_shards,
+                                                                                      strict=True)):
         return False
     side, now = recorded.get("side"), current.get("side")
     if (side is None) != (now is None):
@@ -216,8 +225,9 @@ def entries() -> list[EntryInfo]:
             continue
         source = manifest.get("source", {})
         shape = manifest.get("arrays", {}).get("features", {}).get("shape", [0, 0])
-        found.append(EntryInfo(entry, str(source.get("bundled") or source.get("path")), _size(entry),
-                               _last_used(entry), int(shape[0]), int(shape[1])))
+        shards = " + ".join(str(s.get("path")) for s in source.get("shards") or [])
+        name = str(source.get("bundled") or source.get("path") or shards)
+        found.append(EntryInfo(entry, name, _size(entry), _last_used(entry), int(shape[0]), int(shape[1])))
     return sorted(found, key=lambda e: e.last_used, reverse=True)
 
 
@@ -239,7 +249,11 @@ def _remove_leftovers(folder: Path) -> int:
     for item in folder.iterdir():
         if item.name.startswith(_TMP):
             if not _writer_alive(item.name):
-                shutil.rmtree(item, ignore_errors=True)
+                if item.is_dir():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:  # a scratch file its process did not get to unlink
+                    with contextlib.suppress(OSError):
+                        item.unlink()
                 removed += 1
         elif item.is_dir() and read_manifest(item) is None:
             remove(item)
@@ -285,6 +299,33 @@ def evict(limit: int | None = None, *, keep: Path | None = None) -> list[Path]:
         total -= info.bytes
         removed.append(info.path)
     return removed
+
+
+def scratch_array(shape: tuple[int, ...], dtype: np.dtype | str = np.float32) -> np.ndarray:
+    """A zeroed array of ``shape`` backed by an unlinked temporary file in the store's folder (its pages
+    live in the page cache, not in the process's anonymous memory; the file is gone when the array is):
+    where a transform of memory-mapped features writes its output. Space is reserved first, so a full
+    disk is a SmoothrankError, not a crash. Falls back to memory where the folder cannot be written."""
+    folder = cache_dir()
+    path = folder / f"{_TMP}{os.getpid()}-{secrets.token_hex(6)}-scratch"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        with open(path, "wb+") as handle:
+            if nbytes and hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(handle.fileno(), 0, nbytes)
+            elif nbytes:
+                handle.truncate(nbytes)
+        array = np.memmap(path, dtype=dtype, mode="r+", shape=shape) if nbytes else np.zeros(shape, dtype)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _space_error(err, folder, "transformed features") from None
+        return np.zeros(shape, dtype=dtype)
+    with contextlib.suppress(OSError):
+        path.unlink()  # the map keeps the pages; nothing is left behind
+    return array
 
 
 def _space_error(err: OSError, folder: Path, what: str) -> SmoothrankError:
