@@ -52,7 +52,8 @@ class _Section(BaseModel):
 
 
 class DataConfig(_Section):
-    """Where the splits come from: LETOR files, or the bundled MQ2008 fold (``mq2008_fold``)."""
+    """Where the splits come from: LETOR files (or BM25F statistics folders, docs/bm25f.md), or the
+    bundled MQ2008 fold (``mq2008_fold``)."""
 
     train: str | None = None
     valid: str | None = None
