@@ -20,6 +20,7 @@ from smoothrank import __version__
 from smoothrank.errors import DataFormatError, SmoothrankError
 from smoothrank.models import build_model
 from smoothrank.training._io import atomic_torch_save, load_torch_file
+from smoothrank.training.inference import predict_scores
 
 __all__ = ["FORMAT", "FeatureMismatchError", "RankingModel", "load_model", "save_model"]
 
@@ -44,6 +45,7 @@ class RankingModel:
     #: The training file's first feature index (0 or 1; None: not recorded, read each file as it
     #: says). ``smoothrank predict`` reads data files with it.
     index_base: int | None = None
+    _scorer: nn.Module | None = field(default=None, init=False, repr=False, compare=False)
 
     def transform(self, dataset: Any) -> Any:
         """Apply the fitted training-time feature transforms (none: ``dataset`` unchanged)."""
@@ -65,9 +67,46 @@ class RankingModel:
         return self.transform(dataset)
 
     def score(self, dataset: Any, *, batch_size: int = 256, source: str = "data") -> np.ndarray:
-        from smoothrank.training.trainer import predict_scores
-
+        """One float64 score per row of ``dataset`` (shape ``(n_docs,)``), after :meth:`prepared`
+        (``source`` names the data in a feature-count error)."""
         return predict_scores(self.model, self.prepared(dataset, source=source), batch_size=batch_size)
+
+    def scoring_module(self) -> nn.Module:
+        """The network with the fitted transforms inside, ``(features (B, L, F), mask (B, L)) -> scores``
+        (:func:`smoothrank.models.scoring.scoring_module`; what ``smoothrank export`` writes)."""
+        from smoothrank.models.scoring import scoring_module
+
+        if self._scorer is None:
+            self._scorer = scoring_module(self.model, self.transform_state, self.n_features, with_mask=True)
+        return self._scorer
+
+    def predict(self, features: Any, *, qid: Any = None, batch_size: int = 256) -> np.ndarray:
+        """Scores of raw feature rows: no labels, no :class:`~smoothrank.data.Dataset`.
+
+        Parameters
+        ----------
+        features : array-like of shape (n_rows, n_features)
+            Raw features (the fitted transforms are applied).
+        qid : array-like of shape (n_rows,), optional
+            The query of each row; rows of a query need not be contiguous. None: all rows are one
+            query (as :meth:`score_query`).
+        batch_size : int
+            Queries per forward pass.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_rows,)
+            One score per row, in input order: those of :meth:`score` (and ``smoothrank predict``)
+            on the same rows grouped by ``qid``, to float32 rounding.
+        """
+        from smoothrank.models.scoring import score_rows
+
+        return score_rows(self.scoring_module(), features, qid, n_features=self.n_features,
+                          batch_size=batch_size)
+
+    def score_query(self, features: Any) -> np.ndarray:
+        """Scores of one query's documents: ``features`` (n_docs, n_features) -> (n_docs,) float64."""
+        return self.predict(features)
 
 
 def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: int,
@@ -92,7 +131,7 @@ def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: i
 
 def _state_dtype(state: Any) -> torch.dtype:
     """float64 for a state dict whose floating tensors are all float64, else float32: a half-precision
-    file reloads in float32 as before (its weights convert exactly, and scores and features are not
+    file reloads in float32 (its weights convert exactly, and scores and features are not
     rounded to half precision)."""
     kinds = {v.dtype for v in state.values() if isinstance(v, torch.Tensor) and v.is_floating_point()} \
         if isinstance(state, dict) else set()
