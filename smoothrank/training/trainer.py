@@ -533,7 +533,8 @@ def _global_mean(run: _Run, scores: Tensor, labels: Tensor, mask: Tensor) -> tup
     totals = torch.stack([n_local.double(), local.detach().double()])
     torch.distributed.all_reduce(totals)
     n = totals[0].clamp_min(1)
-    return local * (run.group.world_size / n).to(local.dtype), totals[1] / n
+    world_size = run.group.world_size if run.group is not None else 1
+    return local * (world_size / n).to(local.dtype), totals[1] / n
 
 
 def _diverged(config: Config, what: str, epoch: int, step: int) -> str:
