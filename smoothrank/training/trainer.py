@@ -329,7 +329,7 @@ def _check_gains(splits: Mapping[str, Any], config: Config, *, custom_loss: bool
 
 @contextlib.contextmanager
 def _torch_settings(training: TrainingConfig) -> Iterator[None]:
-    """torch's thread count and deterministic algorithms as ``training`` asks, restored afterwards."""
+    """The thread count and deterministic algorithms of torch as ``training`` asks, restored afterwards."""
     previous_threads = torch.get_num_threads()
     previous_deterministic = torch.are_deterministic_algorithms_enabled()
     previous_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
