@@ -78,8 +78,8 @@ from smoothrank._autograd import NotTwiceDifferentiable
 from smoothrank.data.batching import length_buckets
 from smoothrank.errors import SmoothrankError
 
-__all__ = ["HESSIANS", "boosting_gradients", "check_objective", "lgbm_ranker_objective", "lightgbm_objective",
-           "xgboost_objective"]
+__all__ = ["HESSIANS", "boosting_gradients", "check_min_hessian", "check_objective", "lgbm_ranker_objective",
+           "lightgbm_objective", "xgboost_objective"]
 
 #: The Hessian choices of :func:`boosting_gradients`.
 HESSIANS = ("constant", "diagonal", "curvature")
@@ -163,7 +163,7 @@ def _check_dtype_device(dtype: Any, device: Any) -> None:
             raise SmoothrankError(f"device: {err}") from None
 
 
-def _check_min_hessian(min_hessian: Any) -> None:
+def check_min_hessian(min_hessian: Any) -> None:
     """Raise :class:`SmoothrankError` naming ``min_hessian`` unless it is a positive finite number."""
     kinds = int | float | np.integer | np.floating
     number = not isinstance(min_hessian, bool) and isinstance(min_hessian, kinds)
@@ -206,7 +206,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     fn = _bind(loss, options)
     if hessian not in HESSIANS:
         raise SmoothrankError(f"hessian: expected one of {HESSIANS}, got {hessian!r}")
-    _check_min_hessian(min_hessian)
+    check_min_hessian(min_hessian)
     _check_dtype_device(dtype, device)
     if not isinstance(chunk_items, int | np.integer) or isinstance(chunk_items, bool) or chunk_items < 1:
         raise SmoothrankError(f"chunk_items: expected a positive integer, got {chunk_items!r}")

@@ -75,7 +75,14 @@ def _one(kind: str, k: int | None, conv: Convention, args: tuple, common: dict[s
     return dcg_beta(*args, ties=conv.ties, **common)
 
 
-def _metric_list(metrics: str | Iterable[str]) -> list[str]:
+def metric_list(metrics: str | Iterable[str]) -> list[str]:
+    """Metric names from ``"ndcg@10,map"`` or a list of names: stripped, lower-case, at least one.
+
+    Raises
+    ------
+    SmoothrankError
+        Naming ``metrics`` when it holds no name or is not text.
+    """
     if isinstance(metrics, str):
         metrics = [m for m in metrics.split(",") if m.strip()]
     try:
@@ -86,6 +93,9 @@ def _metric_list(metrics: str | Iterable[str]) -> list[str]:
     if not names:
         raise SmoothrankError("metrics: no metric requested")
     return names
+
+
+_metric_list = metric_list  # the name smoothrank.training.trainer imports until it moves to metric_list
 
 
 def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Iterable[str] = ("ndcg@10", "map"),
@@ -162,7 +172,7 @@ def _real_scores_tie(s: Tensor, mask: Tensor | None) -> bool:
 
 def _evaluate(scores: Any, labels: Any, mask: Any, metrics: str | Iterable[str], conv: Convention,
               dtype: torch.dtype) -> dict[str, Tensor]:
-    names = _metric_list(metrics)
+    names = metric_list(metrics)
     parsed = [parse_metric(n) for n in names]
     common = {"mask": mask, "reduction": "none", "dtype": dtype}
     out: dict[str, Tensor] = {}
