@@ -502,7 +502,7 @@ def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, met
                   command: str | None = None, select_by: str | None = None,
                   correction: str = "none") -> list[dict[str, Any]]:
     """Write ``summary.md``, ``summary.csv`` and ``summary.json`` into ``out_dir``; return the rows."""
-    from smoothrank.experiments.runner import write_json
+    from smoothrank.experiments.results import write_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -30,11 +30,12 @@ from torch import Tensor
 
 from smoothrank import gains as _gains
 from smoothrank._checks import REDUCTIONS, check_k, check_mask, check_positive, check_reduction
+from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
 
 __all__ = ["REDUCTIONS", "NdcgTerms", "check_inputs", "check_k", "check_positive", "check_reduction",
            "has_relevant", "ideal_dcg", "ndcg_loss", "ndcg_terms", "predicted_ranks", "rank_discounts",
-           "real_gains", "reduce", "reduce_rows", "safe_divide"]
+           "real_gains", "reduce", "reduce_rows", "refuse_beyond_range", "safe_divide"]
 
 
 def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -141,9 +142,28 @@ def reduce(per_query: Tensor, valid: Tensor, reduction: str) -> Tensor:
     if reduction == "none":
         return per_query
     total = per_query.sum()
+    if not bool(torch.isfinite(total)) and bool(torch.isfinite(per_query).all()):
+        # Finite losses whose sum overflows: summed in the wide dtype, where the mean (or even the
+        # sum) may be representable; refused where it is not.
+        return _reduce_wide(per_query, valid, reduction)
     if reduction == "sum":
         return total
     return total / valid.sum().clamp_min(1).to(per_query.dtype)
+
+
+def _reduce_wide(per_query: Tensor, valid: Tensor, reduction: str) -> Tensor:
+    wide = wide_dtype(per_query.dtype, per_query.device)
+    total = per_query.to(wide).sum()
+    if reduction == "mean":
+        total = total / valid.sum().clamp_min(1).to(wide)
+    out = total.to(per_query.dtype)
+    if not bool(torch.isfinite(out)):
+        finfo = torch.finfo(per_query.dtype)
+        value = float(total.detach())
+        raise SmoothrankError(f"scores: the {reduction} of the batch's losses ({value:.4g}) is beyond the "
+                              f"range of {per_query.dtype} (largest {finfo.max:.4g}); scale the scores down, "
+                              "or take reduction='none'")
+    return out
 
 
 def reduce_rows(per_item: Tensor, valid: Tensor, reduction: str) -> Tensor:
@@ -218,3 +238,23 @@ def ndcg_loss(scores: Any, labels: Any, mask: Any, *, reduction: Any, gain: Any,
     terms = ndcg_terms(scores, labels, mask, gain=gain, discount=discount, k=k)
     dcg = smoothed_dcg(terms)
     return reduce(-safe_divide(dcg, terms.ideal, terms.valid), terms.valid, reduction)
+
+
+def refuse_beyond_range(per_query: Tensor, valid: Tensor, scores: Tensor, loss: str) -> None:
+    """Raise naming ``scores`` where a counted query's loss is not finite.
+
+    For the losses that grow with the score gaps (ListNet, ListMLE, RankNet, LambdaRank), computed
+    in the widest dtype the device has: a non-finite value there means the exact value is beyond
+    the range of the scores' dtype, which no rounding can return. ``per_query``: (batch,), in the
+    scores' dtype; ``scores``: the checked (batch, n) scores with padding zeroed.
+    """
+    bad = valid & ~torch.isfinite(per_query.detach())
+    if not bool(bad.any()):
+        return
+    row = int(torch.nonzero(bad)[0, 0])
+    s = scores.detach()[row]
+    finfo = torch.finfo(per_query.dtype)
+    wider = " or compute in float64" if finfo.bits < 64 else ""
+    raise SmoothrankError(f"scores: {loss}'s value for query {row} (row of the batch) is beyond the range of "
+                          f"{per_query.dtype} (largest {finfo.max:.4g}): its scores span "
+                          f"{float(s.min()):.4g} to {float(s.max()):.4g}; scale the scores down{wider}")

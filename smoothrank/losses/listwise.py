@@ -41,6 +41,7 @@ def list_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
         # A score gap beyond the dtype's range (6e38 in float32) gives an inf log-probability
         # although the query's loss may be representable: again in the wide dtype.
         per_query = _list_net_per_query(scores.to(wide), labels.to(wide), m).to(scores.dtype)
+    C.refuse_beyond_range(per_query, valid, scores, "list_net")
     return C.reduce(per_query, valid, reduction)
 
 
@@ -119,7 +120,9 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     s = torch.where(real, s, low.expand_as(s))
     tail_lse = torch.logcumsumexp(s.flip(-1), dim=-1).flip(-1)
     per_item = torch.where(real, tail_lse - s, torch.zeros_like(s))
-    return C.reduce(per_item.sum(-1).to(scores.dtype), valid, reduction)
+    per_query = per_item.sum(-1).to(scores.dtype)
+    C.refuse_beyond_range(per_query, valid, scores, "list_mle")
+    return C.reduce(per_query, valid, reduction)
 
 
 def _above(scores: Tensor, mask: Tensor, alpha: float, q: slice, r: slice) -> Tensor:

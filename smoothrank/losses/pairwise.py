@@ -222,7 +222,9 @@ def rank_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     ``reduction="mean"``. The diagonal of its Hessian, in closed form: :func:`rank_net_hessian_diagonal`.
     """
     scores, sigma, factors, valid = _rank_net_terms(scores, labels, mask, reduction, sigma, k)
-    return C.reduce(_weighted_pair_cost(scores, sigma, factors), valid, reduction)
+    per_query = _weighted_pair_cost(scores, sigma, factors)
+    C.refuse_beyond_range(per_query, valid, scores, "rank_net")
+    return C.reduce(per_query, valid, reduction)
 
 
 def rank_net_hessian_diagonal(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,
@@ -286,7 +288,9 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     :func:`lambda_rank_hessian_diagonal`.
     """
     scores, sigma, f, valid = _lambda_rank_terms(scores, labels, mask, reduction, sigma, k, gain, discount)
-    return C.reduce(_weighted_pair_cost(scores, sigma, f), valid, reduction)
+    per_query = _weighted_pair_cost(scores, sigma, f)
+    C.refuse_beyond_range(per_query, valid, scores, "lambda_rank")
+    return C.reduce(per_query, valid, reduction)
 
 
 def lambda_rank_hessian_diagonal(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,

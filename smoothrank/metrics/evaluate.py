@@ -76,13 +76,8 @@ def _one(kind: str, k: int | None, conv: Convention, args: tuple, common: dict[s
 
 
 def metric_list(metrics: str | Iterable[str]) -> list[str]:
-    """Metric names from ``"ndcg@10,map"`` or a list of names: stripped, lower-case, at least one.
-
-    Raises
-    ------
-    SmoothrankError
-        Naming ``metrics`` when it holds no name or is not text.
-    """
+    """Metric names as :func:`evaluate` keys them: stripped, lower case; ``metrics`` may be one
+    comma-separated string. Names are not parsed (:func:`parse_metric` does); none at all is refused."""
     if isinstance(metrics, str):
         metrics = [m for m in metrics.split(",") if m.strip()]
     try:
@@ -93,9 +88,6 @@ def metric_list(metrics: str | Iterable[str]) -> list[str]:
     if not names:
         raise SmoothrankError("metrics: no metric requested")
     return names
-
-
-_metric_list = metric_list  # the name smoothrank.training.trainer imports until it moves to metric_list
 
 
 def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Iterable[str] = ("ndcg@10", "map"),
