@@ -6,7 +6,7 @@ See ``docs/data.md`` for the file formats, the reader's policies and the batch l
 from smoothrank.data.batching import Batch, evaluation_batches, length_buckets, training_batches
 from smoothrank.data.dataset import Dataset, concat_datasets
 from smoothrank.data.letor import load_letor, parse_letor
-from smoothrank.data.predictions import read_predictions
+from smoothrank.data.predictions import is_trec_run, read_predictions, read_scores, read_trec_run
 from smoothrank.data.writers import write_letor, write_predictions, write_qrels, write_trec_run
 
 __all__ = [
@@ -14,10 +14,13 @@ __all__ = [
     "Dataset",
     "concat_datasets",
     "evaluation_batches",
+    "is_trec_run",
     "length_buckets",
     "load_letor",
     "parse_letor",
     "read_predictions",
+    "read_scores",
+    "read_trec_run",
     "training_batches",
     "write_letor",
     "write_predictions",
