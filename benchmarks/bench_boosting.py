@@ -1,7 +1,10 @@
 """Cost of boosting a smoothrank loss (smoothrank.boosting) against LightGBM's built-in lambdarank.
 
-On MQ2008 Fold1's training split (471 queries, 9,630 documents, lists of 5-121), per boosting
-round, in one process with ``--threads`` threads for PyTorch, Numba (soft_ndcg's kernels) and LightGBM:
+On MQ2008 Fold1's training split (471 queries, 9,630 documents, lists of 5-121), or with
+``--data synthetic`` on MSLR-like synthetic data (``--queries`` queries of ``--docs`` documents on
+average, uniform in [docs/2, 3 docs/2], ``--features`` standard normal features, labels 0-4 from a
+noisy linear model, about two thirds 0), per boosting round, in one process with ``--threads``
+threads for PyTorch, Numba (the compiled kernels) and LightGBM:
 
 * ``gradients``: ``boosting_gradients`` at random scores, the mean of ``--calls`` calls (the
   objective alone);
@@ -9,10 +12,15 @@ round, in one process with ``--threads`` threads for PyTorch, Numba (soft_ndcg's
   in experiments/mq2008_boosting.yaml) divided by the rounds, i.e. objective + tree;
 * the ratio of ``round`` to the built-in lambdarank's, measured in the same repetition.
 
-Cases are interleaved over ``--reps`` repetitions and the table reports medians.
+Cases are interleaved over ``--reps`` repetitions and the table reports medians and, in
+brackets, the range over the repetitions. A case ending in ``-torch`` runs the loss's PyTorch
+path (``smoothrank.boosting._FLAT_KERNELS = False``) where the other runs the compiled kernels
+of ``smoothrank.boosting_kernels``.
 
     .venv/bin/python benchmarks/bench_boosting.py                     # every loss, 3 repetitions
     .venv/bin/python benchmarks/bench_boosting.py --cases neural_ndcg,lambda_rank-diag --reps 5
+    .venv/bin/python benchmarks/bench_boosting.py --data synthetic --threads 2 --rounds-per-fit 5 \
+        --cases lambda_rank,lambda_rank-diag,list_net,neural_ndcg,soft_ndcg
 
 Needs the test environment (``bash scripts/test`` installs LightGBM).
 """
@@ -24,6 +32,7 @@ import json
 import os
 import statistics
 import time
+from typing import Any
 
 from _args import positive_int, set_threads
 
@@ -46,6 +55,10 @@ CASES = {  # label -> (loss or None for LightGBM's lambdarank, hessian, options)
     "list_net-curv": ("list_net", "curvature", {}),
     "lambda_rank-curv": ("lambda_rank", "curvature", {}),
 }
+# the losses' PyTorch path, where the compiled kernels cover them
+CASES.update({f"{label}-torch": CASES[label] for label in ("lambda_rank", "list_net", "neural_ndcg",
+                                                            "neural_ndcg_transposed")})
+CASES["lambda_rank-diag-torch"] = ("lambda_rank", "diagonal", {})
 _TWICE_DIFFERENTIABLE = {"lambda_rank": {}, "list_net": {}, "list_mle": {}, "approx_ndcg": {}, "rank_net": {},
                          "rmse": {"n_levels": 3}}
 CASES.update({f"{loss}-diag": (loss, "diagonal", o) for loss, o in _TWICE_DIFFERENTIABLE.items()})
@@ -68,6 +81,10 @@ def main() -> None:
                         help="gradient calls averaged per repetition")
     parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--out", help="also write the medians as JSON here")
+    parser.add_argument("--data", choices=("mq2008", "synthetic"), default="mq2008")
+    parser.add_argument("--queries", type=positive_int, default=2000, help="synthetic queries")
+    parser.add_argument("--docs", type=positive_int, default=100, help="synthetic documents a query, mean")
+    parser.add_argument("--features", type=positive_int, default=136, help="synthetic features")
     args = parser.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = sorted(set(cases) - set(CASES))
@@ -84,10 +101,15 @@ def main() -> None:
     from smoothrank.boosting import boosting_gradients, lightgbm_objective
     from smoothrank.datasets import load_mq2008
 
-    set_threads(args.threads)  # Numba's too: soft_ndcg's kernels
-    train = load_mq2008(fold=1, split="train")
-    features, labels = np.asarray(train.features), np.asarray(train.labels, dtype=np.float64)
-    sizes = np.asarray(train.list_sizes)
+    set_threads(args.threads)  # Numba's too: the compiled kernels
+    if args.data == "synthetic":
+        features, labels, sizes = synthetic(args.queries, args.docs, args.features)
+        title = f"synthetic ({sizes.size} queries, {labels.size} documents, {args.features} features)"
+    else:
+        train = load_mq2008(fold=1, split="train")
+        features, labels = np.asarray(train.features), np.asarray(train.labels, dtype=np.float64)
+        sizes = np.asarray(train.list_sizes)
+        title = f"MQ2008 Fold1 train ({train.n_queries} queries, {train.n_docs} documents)"
     scores = np.random.default_rng(0).normal(size=labels.shape[0])
     params = {**TREES, "num_threads": args.threads}
 
@@ -113,6 +135,7 @@ def main() -> None:
             if loss is None:
                 continue
             boosting._DIAG_BLOCK = 1 if case.endswith("-1pos") else 0
+            boosting._FLAT_KERNELS = not case.endswith("-torch")
             # -1pos and -autograd: autograd's diagonal even where the loss has a closed form
             boosting._closed_form_diagonal = generic if case.endswith(("-1pos", "-autograd")) else closed_form
             boosting_gradients(loss, scores, labels, sizes, hessian=hessian, **options)  # warm-up
@@ -125,17 +148,38 @@ def main() -> None:
             timings[case]["ratio"].append(per_round / builtin)
 
     medians = {c: {k: statistics.median(v) if v else None for k, v in t.items()} for c, t in timings.items()}
-    print(f"MQ2008 Fold1 train ({train.n_queries} queries, {train.n_docs} documents), "
-          f"{args.threads} thread(s), median of {args.reps}, {args.rounds_per_fit} rounds a fit")
+    print(f"{title}, {args.threads} thread(s), median [range] of {args.reps}, "
+          f"{args.rounds_per_fit} rounds a fit")
     print("| objective | hessian | gradients (ms) | boosting round (ms) | x built-in lambdarank |")
     print("|---|---|---|---|---|")
+
+    def shown(values: list[float], scale: float, digits: int) -> str:
+        if not values:
+            return "-"
+        text = f"{scale * statistics.median(values):.{digits}f}"
+        low, high = scale * min(values), scale * max(values)
+        return text if len(values) < 2 else f"{text} [{low:.{digits}f}-{high:.{digits}f}]"
+
     for case in cases:
-        m, hessian = medians[case], CASES[case][1] or "LambdaMART's"
-        grads = "-" if m["gradients"] is None else f"{1000 * m['gradients']:.1f}"
-        print(f"| {case} | {hessian} | {grads} | {1000 * m['round']:.1f} | {m['ratio']:.1f} |")
+        t, hessian = timings[case], CASES[case][1] or "LambdaMART's"
+        print(f"| {case} | {hessian} | {shown(t['gradients'], 1000, 1)} | {shown(t['round'], 1000, 1)} | "
+              f"{shown(t['ratio'], 1, 2)} |")
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"threads": args.threads, "reps": args.reps, "medians": medians}, fh, indent=2)
+
+
+def synthetic(n_queries: int, mean_docs: int, n_features: int, seed: int = 0) -> tuple[Any, Any, Any]:
+    """MSLR-like data: ``(features (n, f) float32, labels (n,) float64 in 0-4, query sizes)``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(max(1, mean_docs // 2), mean_docs + mean_docs // 2 + 1, n_queries)
+    features = rng.normal(size=(int(sizes.sum()), n_features)).astype(np.float32)
+    signal = features @ rng.normal(size=n_features) / np.sqrt(n_features)
+    relevance = signal + rng.normal(size=features.shape[0])
+    labels = np.clip(np.floor(relevance - 0.4), 0, 4).astype(np.float64)
+    return features, labels, sizes
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Usage: OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_io.py [--rounds
 
 Reads every file in ../shared/data, or $SMOOTHRANK_SHARED/data where that is set (benchmarks may use
 it; the package never does): the 15 MQ2008
-fold files, the MSLR sample (CRLF) and the LightGBM example files (group sizes from `.query`).
+fold files, the MSLR sample (CRLF) and the LightGBM example files (group sizes from `.query`), plus a
+synthetic MSLR-like file (``smoothrank.datasets.write_synthetic_letor``, ``--synthetic-docs`` documents
+x 136 features, gzip like the others; 0 leaves it out).
 All readers get the same decompressed bytes from memory and run interleaved, several rounds;
 medians are reported:
 - sklearn: ``load_svmlight_file(BytesIO(text), query_id=True)``;
@@ -37,6 +39,7 @@ except ImportError:  # a runtime-only environment (scripts/demo's)
                      "run `source scripts/env.sh test` first") from None
 
 from smoothrank.data import letor, load_letor, parse_letor
+from smoothrank.datasets import write_synthetic_letor
 
 # The shared data folder: beside the checkout, or where SMOOTHRANK_SHARED says (as for the tests).
 _BESIDE = Path(__file__).resolve().parent.parent.parent / "shared"
@@ -66,6 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--rounds", type=positive_int, default=5)
     parser.add_argument("--files", default="", help="only files whose path contains this")
+    parser.add_argument("--synthetic-docs", type=int, default=24_000,
+                        help="documents of the synthetic file (about 120 per query); 0: none")
     args = parser.parse_args()
     if not SHARED.is_dir():
         parser.error(f"the shared data folder is missing: {SHARED} "
@@ -76,9 +81,16 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     ratios = []
     with tempfile.TemporaryDirectory() as cache:
-        os.environ["SMOOTHRANK_CACHE"] = cache
-        for path in _files():
-            name = str(path.relative_to(SHARED))
+        os.environ["SMOOTHRANK_CACHE"] = str(Path(cache) / "store")
+        files = [(path, str(path.relative_to(SHARED))) for path in _files()]
+        if args.synthetic_docs > 0:
+            plain = write_synthetic_letor(Path(cache) / "synthetic.txt", max(1, args.synthetic_docs // 120),
+                                          120, 136, seed=0)
+            synthetic = Path(cache) / "synthetic.txt.gz"
+            synthetic.write_bytes(gzip.compress(plain.read_bytes(), compresslevel=1))
+            plain.unlink()
+            files.append((synthetic, f"synthetic {args.synthetic_docs // 120 * 120} docs x 136"))
+        for path, name in files:
             if args.files not in name:
                 continue
             data = gzip.decompress(path.read_bytes())

@@ -75,8 +75,8 @@ from smoothrank.data.batching import length_buckets
 from smoothrank.errors import SmoothrankError
 from smoothrank.losses import BoundLoss
 
-__all__ = ["HESSIANS", "boosting_gradients", "check_objective", "lgbm_ranker_objective", "lightgbm_objective",
-           "xgboost_objective"]
+__all__ = ["HESSIANS", "boosting_gradients", "check_min_hessian", "check_objective", "lgbm_ranker_objective",
+           "lightgbm_objective", "xgboost_objective"]
 
 #: The Hessian choices of :func:`boosting_gradients`.
 HESSIANS = ("constant", "diagonal", "curvature")
@@ -95,6 +95,8 @@ _CURVATURE_STEP = 1e-2
 # listwise losses and hurt the quadratic ones; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes it.
 _DIAG_PAIR_BUDGET = 1 << 18
 _DIAG_BLOCK = 0
+# The compiled kernels of smoothrank.boosting_kernels where they cover the loss (False: PyTorch only).
+_FLAT_KERNELS = True
 
 
 def _bind(loss: str | Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
@@ -167,7 +169,7 @@ def _check_dtype_device(dtype: Any, device: Any) -> None:
             raise SmoothrankError(f"device: {err}") from None
 
 
-def _check_min_hessian(min_hessian: Any) -> None:
+def check_min_hessian(min_hessian: Any) -> None:
     """Raise :class:`SmoothrankError` naming ``min_hessian`` unless it is a positive finite number."""
     kinds = int | float | np.integer | np.floating
     number = not isinstance(min_hessian, bool) and isinstance(min_hessian, kinds)
@@ -209,7 +211,7 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     fn = _bind(loss, options)
     if hessian not in HESSIANS:
         raise SmoothrankError(f"hessian: expected one of {HESSIANS}, got {hessian!r}")
-    _check_min_hessian(min_hessian)
+    check_min_hessian(min_hessian)
     _check_dtype_device(dtype, device)
     if not isinstance(chunk_items, int | np.integer) or isinstance(chunk_items, bool) or chunk_items < 1:
         raise SmoothrankError(f"chunk_items: expected a positive integer, got {chunk_items!r}")
@@ -217,37 +219,17 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     y = _flat(labels, "labels", s.shape[0])
     w = None if weights is None else _flat(weights, "weights", s.shape[0])
     sizes = _sizes(group_sizes, s.shape[0])
-    offsets = np.concatenate(([0], np.cumsum(sizes)))
-    grad, hess = np.zeros_like(s), np.zeros_like(s)
-    flat_queries = live_queries = 0
+    raw = None
+    if _FLAT_KERNELS:  # compiled per-query kernels on the flat arrays (smoothrank.boosting_kernels)
+        from smoothrank import boosting_kernels
+
+        raw = boosting_kernels.flat_gradients(fn, s, y, sizes, hessian=hessian, dtype=dtype, device=device)
+    if raw is None:
+        raw = _padded_gradients(fn, s, y, sizes, hessian, dtype, device, chunk_items)
     ndcg_like = _loss_name(fn) in NDCG_LOSSES
-    for group in length_buckets(sizes, max_items=chunk_items):
-        queries = np.asarray(group)
-        width = int(sizes[queries].max())
-        pos = np.arange(width)
-        mask_np = pos[None, :] < sizes[queries][:, None]
-        rows = np.where(mask_np, offsets[queries][:, None] + pos[None, :], 0)
-        mask = torch.as_tensor(mask_np, device=device)
-        s_b = torch.as_tensor(s[rows], dtype=dtype, device=device).requires_grad_(True)
-        y_b = torch.as_tensor(y[rows], dtype=dtype, device=device)
-        g_b, h_b = _batch_grad_hess(fn, s_b, y_b, mask, hessian)
-        g_np = g_b.detach().to("cpu", torch.float64).numpy()
-        # Equal labels under an NDCG loss: NDCG is constant, whatever residual the surrogate leaves.
-        tied = ndcg_like & ((y[rows] == y[rows][:, :1]) | ~mask_np).all(-1, keepdims=True)
-        g_np = np.where(tied, 0.0, g_np)
-        # A query whose loss ignores its scores gets no Hessian either (LambdaMART's convention).
-        live = (g_np != 0).any(-1, keepdims=True)
-        if h_b is None:
-            h_np = np.where(live, np.ones_like(g_np), 0.0)
-        else:
-            diag = np.abs(h_b.detach().to("cpu", torch.float64).numpy())
-            live |= (diag != 0).any(-1, keepdims=True) & ~tied
-            h_np = np.where(live, np.maximum(diag, min_hessian), 0.0)
-            if hessian == "curvature":
-                flat_queries += int((live[:, 0] & (diag[:, 0] < min_hessian)).sum())
-                live_queries += int(live[:, 0].sum())
-        grad[rows[mask_np]] = g_np[mask_np]
-        hess[rows[mask_np]] = h_np[mask_np]
+    curvature = hessian == "curvature"
+    grad, hess, flat_queries, live_queries = _finish(raw, y, sizes, ndcg_like=ndcg_like,
+                                                     min_hessian=min_hessian, curvature=curvature)
     if w is not None:
         with np.errstate(over="ignore"):  # an overflow is refused just below, by name
             grad, hess = grad * w, hess * w
@@ -265,6 +247,56 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
                       "step (a min_hessian set by the caller is not warned of)",
                       RuntimeWarning, stacklevel=2)
     return grad, hess
+
+
+def _padded_gradients(fn: Callable[..., Any], s: np.ndarray, y: np.ndarray, sizes: np.ndarray, hessian: str,
+                      dtype: torch.dtype, device: Any, chunk_items: int
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The flat gradient and raw Hessian (None for the constant one) from the loss's PyTorch code,
+    on batches of similar-length queries padded to their longest."""
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    grad = np.zeros_like(s)
+    hess = None if hessian == "constant" else np.zeros_like(s)
+    for group in length_buckets(sizes, max_items=chunk_items):
+        queries = np.asarray(group)
+        width = int(sizes[queries].max())
+        pos = np.arange(width)
+        mask_np = pos[None, :] < sizes[queries][:, None]
+        rows = np.where(mask_np, offsets[queries][:, None] + pos[None, :], 0)
+        mask = torch.as_tensor(mask_np, device=device)
+        s_b = torch.as_tensor(s[rows], dtype=dtype, device=device).requires_grad_(True)
+        y_b = torch.as_tensor(y[rows], dtype=dtype, device=device)
+        g_b, h_b = _batch_grad_hess(fn, s_b, y_b, mask, hessian)
+        grad[rows[mask_np]] = g_b.detach().to("cpu", torch.float64).numpy()[mask_np]
+        if hess is not None and h_b is not None:
+            hess[rows[mask_np]] = h_b.detach().to("cpu", torch.float64).numpy()[mask_np]
+    return grad, hess
+
+
+def _finish(raw: tuple[np.ndarray, np.ndarray | None], y: np.ndarray, sizes: np.ndarray, *, ndcg_like: bool,
+            min_hessian: float, curvature: bool) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The booster's gradient and Hessian from the loss's raw ones, and the counts of live queries
+    and of those whose curvature is below ``min_hessian`` (for the curvature Hessian's warning)."""
+    grad, diag = raw
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+
+    def per_doc(per_query: np.ndarray) -> np.ndarray:
+        return np.repeat(per_query, sizes)
+
+    # Equal labels under an NDCG loss: NDCG is constant, whatever residual the surrogate leaves.
+    tied = ndcg_like & (np.minimum.reduceat(y, starts) == np.maximum.reduceat(y, starts))
+    grad = np.where(per_doc(tied), 0.0, grad)
+    # A query whose loss ignores its scores gets no Hessian either (LambdaMART's convention).
+    live = np.logical_or.reduceat(grad != 0, starts)
+    if diag is None:
+        return grad, per_doc(live).astype(np.float64), 0, 0
+    diag = np.abs(diag)
+    live |= np.logical_or.reduceat(diag != 0, starts) & ~tied
+    hess = np.where(per_doc(live), np.maximum(diag, min_hessian), 0.0)
+    if not curvature:
+        return grad, hess, 0, 0
+    # The curvature is one value a query, each of its documents holding it.
+    return grad, hess, int((live & (diag[starts] < min_hessian)).sum()), int(live.sum())
 
 
 def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,

@@ -21,3 +21,11 @@ class ConfigError(SmoothrankError):
 
 class SmoothrankWarning(UserWarning):
     """Base class of smoothrank's warnings: the work goes on, but the user should know."""
+
+
+class TrainingError(SmoothrankError):
+    """Training or scoring cannot go on (e.g. the loss became NaN); the message says where."""
+
+
+class TrainingWarning(SmoothrankWarning):
+    """The run will train, but not usefully (e.g. no query of the training split can be ranked)."""

@@ -118,6 +118,8 @@ def first_infinite_gain(labels: Any, spec: GainLike = "exp2", *,
                         dtype: torch.dtype = torch.float32) -> int | None:
     """Index of the first of the flat ``labels`` (array or tensor) whose gain under ``spec`` is not
     finite in ``dtype``, or None. Labels a mapping does not cover are left to :func:`gain` to report."""
+    if getattr(getattr(labels, "flags", None), "writeable", True) is False:  # a memory-mapped dataset's
+        labels = labels.copy()  # torch warns of read-only arrays
     values = torch.as_tensor(labels).reshape(-1).to(dtype)
     distinct, position = torch.unique(values, return_inverse=True)
     try:

@@ -156,3 +156,31 @@ def test_training_on_cuda_learns_and_the_artifact_loads_on_the_cpu(loss: str, tm
     assert next(artifact.model.parameters()).device.type == "cpu"
     scores = artifact.score(load_letor(folds / "test.txt"))
     assert np.isfinite(scores).all()
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_mixed_precision_on_cuda_learns_close_to_float32(precision: str, tmp_path) -> None:
+    (tmp_path / "data").mkdir()
+    folds = write_synthetic_folds(tmp_path / "data", seed=5, queries=(40, 10, 10), docs=12)
+    results = {}
+    for name in ("float32", precision):
+        config = config_from_dict({
+            "seed": 0,
+            "data": {"train": str(folds / "train.txt"), "valid": str(folds / "vali.txt"),
+                     "test": str(folds / "test.txt")},
+            "model": {"kind": "context_aware", "input_dim": 16, "n_blocks": 1, "n_heads": 2, "hidden": 32},
+            "loss": {"name": "neural_ndcg"},
+            "optimizer": {"lr": 0.01},
+            "training": {"epochs": 6, "batch_size": 8, "list_size": 12, "device": "cuda", "precision": name,
+                         "grad_clip": 5.0},
+            "evaluation": {"metrics": ["ndcg@5", "map"], "select_by": "ndcg@5"},
+            "output": {"run_dir": str(tmp_path / name)},
+        })
+        results[name] = train(config, quiet=True)
+    half = results[precision]
+    assert all(math.isfinite(row["loss"]) for row in half.history)
+    assert all(p.dtype == torch.float32 for p in half.model.parameters())
+    assert half.test_metrics["ndcg@5"] > 0.5
+    assert abs(half.test_metrics["ndcg@5"] - results["float32"].test_metrics["ndcg@5"]) < 0.05
+    state = torch.load(tmp_path / precision / "checkpoint.pt", weights_only=False)
+    assert bool(state["scaler"]) == (precision == "float16")  # float16's scale is saved for --resume

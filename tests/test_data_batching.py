@@ -71,6 +71,26 @@ def test_pad_longest_is_the_same_slates_with_less_padding():
         next(training_batches(ds, list_size=6, batch_size=2, seed_or_generator=4, pad="max"))
 
 
+@pytest.mark.parametrize("sampling", ["random", "softrank"])
+@pytest.mark.parametrize("pad", ["list_size", "longest"])
+def test_the_shards_of_every_world_size_make_up_the_single_process_batches(sampling, pad):
+    # torchrun: the same epoch for any number of processes, each taking its share of every batch
+    ds = _toy(sizes=(3, 1, 7, 2, 5, 4, 6, 2, 8, 1, 3), seed=2)
+    args = {"list_size": 5, "batch_size": 4, "seed_or_generator": 7, "sampling": sampling, "pad": pad}
+    whole = list(training_batches(ds, **args))
+    for world in (1, 2, 3, 5):
+        shares = [list(training_batches(ds, **args, shard=(rank, world))) for rank in range(world)]
+        assert all(len(s) == len(whole) for s in shares)
+        for step, batch in enumerate(whole):
+            parts = [s[step] for s in shares]
+            sizes = [p.features.shape[0] for p in parts]
+            assert sizes == [len(a) for a in np.array_split(np.arange(batch.features.shape[0]), world)]
+            for name in ("features", "labels", "mask", "query_index", "rows"):
+                assert torch.equal(torch.cat([getattr(p, name) for p in parts]), getattr(batch, name)), name
+    with pytest.raises(SmoothrankError, match=r"shard: expected \(rank, world_size\)"):
+        next(training_batches(ds, **args, shard=(2, 2)))
+
+
 def test_training_batches_reproducible_and_uniform():
     ds = _toy(sizes=(6,))
     a = [b.rows for b in training_batches(ds, list_size=3, batch_size=1, seed_or_generator=5)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import json
 import lzma
 import mmap
 import re
@@ -25,7 +26,7 @@ from smoothrank.data import (
     write_qrels,
     write_trec_run,
 )
-from smoothrank.data import cache as data_cache
+from smoothrank.data import store as data_store
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 
@@ -109,19 +110,27 @@ def test_bad_query_sizes_name_the_argument(sizes):
 # ----------------------------------------------------------------------------- cache
 def test_damaged_cache_entries_are_parsed_again_without_leaks(tmp_path):
     path = _write(tmp_path, "".join(f"{i % 3} qid:{i // 10} 1:{i}\n" for i in range(50)))
-    reference = load_letor(path, cache=True)
-    (entry,) = data_cache.cache_dir().glob("*.npz")
+    load_letor(path, cache=True)
+    reference = load_letor(path, cache=False)  # not a map of the file damaged below
+    (info,) = data_store.entries()
+    entry = info.path / "features.npy"
     whole = entry.read_bytes()
     entry.write_bytes(whole[: len(whole) // 2])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # np.load left the truncated entry's file open (ResourceWarning)
         np.testing.assert_array_equal(load_letor(path, cache=True).features, reference.features)
     # a readable entry with the wrong dtypes (not a Dataset) is damaged too, not a crash
-    with open(entry, "wb") as handle:
-        np.savez(handle, features=np.zeros((50, 1)), labels=np.zeros(50, np.float32), qids=np.array(["0"]),
-                 doc_ids=np.array(["1"] * 50), offsets=np.array([0, 50]), line_numbers=np.arange(50))
+    (info,) = data_store.entries()
+    np.save(info.path / "features.npy", np.zeros((50, 1)))
     np.testing.assert_array_equal(load_letor(path, cache=True).features, reference.features)
-    np.testing.assert_array_equal(load_letor(path, cache=True).labels, reference.labels)  # rewritten
+    # offsets that do not cover the documents: inconsistent, parsed again
+    (info,) = data_store.entries()
+    np.save(info.path / "offsets.npy", np.array([0, 10], dtype=np.int64))
+    manifest = json.loads((info.path / "manifest.json").read_text())
+    manifest["arrays"]["offsets"]["shape"] = [2]
+    (info.path / "manifest.json").write_text(json.dumps(manifest))
+    np.testing.assert_array_equal(load_letor(path, cache=True).labels, reference.labels)
+    np.testing.assert_array_equal(load_letor(path, cache=True).offsets, reference.offsets)  # rewritten
 
 
 # ----------------------------------------------------------------------------- predictions

@@ -20,8 +20,8 @@ def _write(path: Path, rng: np.random.Generator, queries: int, qid0: int, nulls:
     for q in range(queries):
         for d in range(6):
             label = int(rng.integers(0, 3))
-            values = [f"{j + 1}:{'NULL' if nulls and (q + d + j) % 7 == 0 else round(label + rng.normal(), 3)}"
-                      for j in range(4)]
+            values = [f"{j + 1}:NULL" if nulls and (q + d + j) % 7 == 0 else
+                      f"{j + 1}:{round(label + rng.normal(), 3)}" for j in range(4)]
             lines.append(f"{label} qid:{qid0 + q} {' '.join(values)} #docid = d{q}-{d}")
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -52,8 +52,8 @@ def test_filled_nulls_are_noted_with_their_count(folder, null_value, fill):
         splits = load_splits(_section(folder, null_value=null_value))
     nulls = _null_positions(folder / "train.txt")
     messages = [str(w.message) for w in caught]
-    assert any(m.startswith(f"data.train: {int(nulls.sum())} NULL feature value(s)") and f"filled with {fill:g}" in m
-               for m in messages), messages
+    note = f"data.train: {int(nulls.sum())} NULL feature value(s)"
+    assert any(m.startswith(note) and f"filled with {fill:g}" in m for m in messages), messages
     assert np.all(splits["train"].features[nulls] == fill)
 
 
@@ -75,7 +75,7 @@ def test_the_neural_models_refuse_nan_without_a_fill_value(folder):
 
 @pytest.mark.parametrize("bad", ["zero", float("inf"), True, [0]])
 def test_a_bad_null_value_is_refused_naming_it(folder, bad):
-    with pytest.raises(ConfigError, match="data.null_value: expected"):
+    with pytest.raises(ConfigError, match=r"data\.null_value: expected"):
         load_splits(_section(folder, null_value=bad))
 
 
@@ -94,8 +94,9 @@ def test_boosters_learn_from_missing_values_and_predict_scores_them(folder, tmp_
     scores = fitted.predict(splits["test"])
     model = save_booster(fitted, tmp_path)
     out = tmp_path / "p.pred"
-    assert main(["predict", str(model), str(folder / "test.txt"), "--out", str(out), "--null-value", "nan"]) == 0
+    test = str(folder / "test.txt")
+    assert main(["predict", str(model), test, "--out", str(out), "--null-value", "nan"]) == 0
     assert np.allclose(read_predictions(out), scores, rtol=1e-6, atol=1e-6)
-    # Filled with 0 instead, the scores differ where a split used a missing value.
+    # Without --null-value the NULLs are filled with 0, and the output says so.
     assert main(["predict", str(model), str(folder / "test.txt"), "--out", str(out)]) == 0
     assert "NULL feature value(s)" in capsys.readouterr().err

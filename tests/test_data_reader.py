@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
-from smoothrank.data import cache as data_cache
 from smoothrank.data import letor, load_letor, parse_letor, write_letor
+from smoothrank.data import store as data_store
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 
@@ -352,25 +352,30 @@ def test_interleaving_detected_exactly(qids):
 def test_cache_hit_and_invalidation(tmp_path):
     path = _write(tmp_path, "1 qid:1 1:1 2:2\n0 qid:1 1:3\n")
     first = load_letor(path, cache=True)
-    entries = list(data_cache.cache_dir().glob("*.npz"))
-    assert len(entries) == 1
+    assert len(data_store.entries()) == 1
     second = load_letor(path, cache=True)
+    assert isinstance(second.features, np.memmap) and not second.features.flags.writeable
     np.testing.assert_array_equal(first.features, second.features)
-    assert first.index_base == second.index_base == 1  # kept by the cache (format 3)
+    assert first.index_base == second.index_base == 1  # kept by the store
     np.testing.assert_array_equal(first.doc_ids, second.doc_ids)
     assert second.source == str(path)
-    # another option: another entry, never the stale one
+    # options that read the file the same way share its entry; a wider n_features is another entry
+    assert load_letor(path, cache=True, n_features=2, zero_based=False, regroup=True).n_features == 2
+    assert len(data_store.entries()) == 1
     third = load_letor(path, cache=True, n_features=4)
-    assert third.n_features == 4 and len(list(data_cache.cache_dir().glob("*.npz"))) == 2
+    assert third.n_features == 4 and len(data_store.entries()) == 2
     # the content changes: the cache must not answer with the old data
     path.write_text("2 qid:1 1:5\n")
     changed = load_letor(path, cache=True)
     np.testing.assert_array_equal(changed.features, [[5]])
+    assert len(data_store.entries()) == 1  # the stale entries were removed
+    del first, second, third, changed  # maps of files damaged below
     # a damaged entry is ignored
-    for entry in data_cache.cache_dir().glob("*.npz"):
-        entry.write_bytes(b"garbage")
+    for info in data_store.entries():
+        for npy in info.path.glob("*.npy"):
+            npy.write_bytes(b"garbage")
     np.testing.assert_array_equal(load_letor(path, cache=True).features, [[5]])
-    assert not list(data_cache.cache_dir().glob("*.tmp"))
+    assert not [p for p in data_store.cache_dir().iterdir() if p.name.startswith(".tmp-")]
 
 
 # ----------------------------------------------------------------------------- compiled fast path

@@ -47,17 +47,15 @@ def test_load_mq2008_counts_and_cache():
 def test_a_readable_but_inconsistent_cache_entry_is_parsed_again():
     # An entry whose offsets do not cover the documents: load_letor re-parsed it, load_mq2008 raised
     # "offsets must start at 0..." until the cache was deleted.
-    from smoothrank.data import cache
-    from smoothrank.data.letor import ReaderOptions
+    from smoothrank.data import store
 
     expected = load_mq2008(1, "test")
-    key = cache.cache_key([datasets.MQ2008_SHA256[n] for n in MQ2008_FOLDS[1]["test"]],
-                          ReaderOptions().as_dict())
-    entry = cache.load_entry(key)
-    cache.store_entry(key, {**entry, "offsets": entry["offsets"][:-1]})
+    (info,) = store.entries()
+    np.save(info.path / "offsets.npy", expected.offsets[:-1])
     again = load_mq2008(1, "test")
     np.testing.assert_array_equal(again.offsets, expected.offsets)
-    np.testing.assert_array_equal(cache.load_entry(key)["offsets"], expected.offsets)  # overwritten
+    (info,) = store.entries()
+    np.testing.assert_array_equal(np.load(info.path / "offsets.npy"), expected.offsets)  # rewritten
 
 
 def test_damaged_partition_is_detected(monkeypatch):
@@ -149,3 +147,49 @@ def test_only_index_base_errors_of_a_split_mention_the_training_files_index_base
     with pytest.raises(DataFormatError) as info:
         datasets.load_splits({"train": str(tmp_path / "train.txt"), "valid": str(tmp_path / "nan.txt")})
     assert str(info.value).endswith("nan.txt:1: non-finite feature value in '1:nan'")
+
+
+# ------------------------------------------------------------------ synthetic data
+def test_synthetic_data_is_deterministic_and_reads_back_exactly(tmp_path):
+    from smoothrank.datasets import make_synthetic, write_synthetic_letor
+
+    a = make_synthetic(300, (3, 30), 9, seed=7)
+    b = make_synthetic(300, (3, 30), 9, seed=7)
+    c = make_synthetic(300, (3, 30), 9, seed=8)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not np.array_equal(a.features, c.features)
+    sizes = np.bincount(a.query_ids)[1:]
+    assert sizes.shape == (300,) and sizes.min() >= 3 and sizes.max() <= 30
+    path = write_synthetic_letor(tmp_path / "s.txt", 300, (3, 30), 9, seed=7)
+    ds = load_letor(path, cache=False)
+    assert ds.n_queries == 300 and ds.index_base == 1
+    np.testing.assert_array_equal(ds.features, a.features)
+    np.testing.assert_array_equal(ds.labels, a.labels)
+    np.testing.assert_array_equal(ds.list_sizes, sizes)
+
+
+def test_synthetic_labels_follow_the_distribution_and_the_planted_weights():
+    from smoothrank.datasets import make_synthetic
+
+    share = [0.6, 0.3, 0.1]
+    data = make_synthetic(400, 50, 6, label_levels=3, label_distribution=share, count_fraction=0.0,
+                          relevance_weights=[1, -1, 0, 0, 0, 0.5], noise=0.1, seed=1)
+    observed = np.bincount(data.labels.astype(int), minlength=3) / data.labels.shape[0]
+    np.testing.assert_allclose(observed, share, atol=0.03)
+    planted = data.features.astype(np.float64) @ data.weights
+    assert np.corrcoef(planted, data.labels)[0, 1] > 0.6
+    assert abs(np.corrcoef(data.features[:, 2], data.labels)[0, 1]) < 0.05  # an unweighted column
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"docs_per_query": (5, 2)}, "docs_per_query"),
+    ({"label_distribution": [1, 2]}, "label_distribution"),
+    ({"relevance_weights": [0, 0, 0]}, "relevance_weights"),
+    ({"seed": -1}, "seed"),
+])
+def test_synthetic_refuses_bad_arguments(kwargs, message):
+    from smoothrank.datasets import make_synthetic
+
+    args = {"n_queries": 2, "docs_per_query": 3, "n_features": 3, **kwargs}
+    with pytest.raises(SmoothrankError, match=message):
+        make_synthetic(**args)

@@ -711,3 +711,37 @@ def test_a_runs_config_yaml_with_a_gain_mapping_trains_again(small_letor, tmp_pa
     resumed = make_config(small_letor, tmp_path / "old", loss={"name": "lambda_rank", "options": gain},
                           training={"epochs": 1})
     assert len(train(resumed, quiet=True, resume=True).history) == 1
+
+
+# ------------------------------------------------------------------------------ mixed precision
+def test_bfloat16_on_the_cpu_trains_under_autocast_with_close_metrics(small_letor, tmp_path):
+    from smoothrank import losses
+
+    seen = []
+    list_net = losses.get("list_net")
+
+    def recorded(scores, labels, *, mask):
+        seen.append(scores.dtype)  # the model's output, computed under autocast
+        return list_net(scores, labels, mask=mask)
+
+    full = train(make_config(small_letor, tmp_path / "f32"), quiet=True)
+    half = train(make_config(small_letor, tmp_path / "bf16", training={"precision": "bfloat16"}),
+                 loss_fn=recorded, quiet=True)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in half.model.parameters())  # the weights stay float32
+    assert all(math.isfinite(row["loss"]) for row in half.history)
+    for split in ("valid_metrics", "test_metrics"):
+        a, b = getattr(full, split), getattr(half, split)
+        assert a.keys() == b.keys() and all(math.isfinite(v) for v in b.values())
+        assert max(abs(a[k] - b[k]) for k in a) < 0.05, (split, a, b)
+    # the run is bfloat16's, not float32's: another rounding, other weights
+    assert not _weights_equal(full.model.state_dict(), half.model.state_dict())
+
+
+def test_float16_on_the_cpu_is_a_config_error(small_letor, tmp_path):
+    config = make_config(small_letor, tmp_path / "f16", training={"precision": "float16"})
+    with pytest.raises(ConfigError, match=r"training\.precision: float16 needs a CUDA device"):
+        train(config, quiet=True)
+    assert not (tmp_path / "f16").exists()
+    with pytest.raises(ConfigError, match="precision"):
+        make_config(small_letor, tmp_path / "x", training={"precision": "float64"})

@@ -29,10 +29,16 @@ def run(args: argparse.Namespace) -> int:
     if args.run_dir is not None and not args.run_dir.strip():
         raise CLIError("--run-dir: expected a directory path, got an empty one")
     config = load_config(args.config, args.overrides)
-    from smoothrank.training.trainer import MODEL_FILE, train
+    from smoothrank.training.checkpoint import MODEL_FILE
+    from smoothrank.training.distributed import process_group
+    from smoothrank.training.trainer import train
 
-    result = train(config, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet)
-    if not args.quiet:
+    # Under torchrun (WORLD_SIZE > 1 in the environment) the processes train as one group; process 0
+    # writes the run folder and prints.
+    with process_group(config.training.device, timeout_s=config.training.distributed_timeout) as group:
+        main = group is None or group.is_main
+        result = train(config, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet or not main)
+    if not args.quiet and main:
         convention = config.evaluation.convention
         how = (f"selected by validation {config.evaluation.select_by}" if result.valid_metrics
                else "the last epoch: no validation split to select by")

@@ -144,8 +144,6 @@ def scan_chunk(buf, null_value, null_ok, row_line, row_label, row_q, row_d, row_
     t = 0
     s = 0
     max_index = -1
-    max_rows = row_line.shape[0]
-    max_tok = tok_row.shape[0]
     while pos < n:
         e = pos
         while e < n and buf[e] != 10:
@@ -154,134 +152,165 @@ def scan_chunk(buf, null_value, null_ok, row_line, row_label, row_q, row_d, row_
         h = pos
         while h < e and buf[h] != 35:
             h += 1
-        # a carriage return is fine only right before the line end
-        k = pos
-        while k < e:
-            if buf[k] == 13 and k != e - 1:  # bytes.splitlines() would start a new line here
-                return LONE_CR, r, t, s, max_index, line
-            k += 1
+        if _lone_cr(buf, pos, e):  # bytes.splitlines() would start a new line there
+            return LONE_CR, r, t, s, max_index, line
         i = pos
         while i < h and _ws(buf[i]):
             i += 1
         if i >= h:
             pos = e + 1
             continue
-        if r >= max_rows:
+        if r >= row_line.shape[0]:
             return TOO_MANY, r, t, s, max_index, line
-        # ---- label
-        j = i
-        while j < h and not _ws(buf[j]):
-            j += 1
-        value, kind = _number(buf, i, j)
-        if kind == INVALID:
-            return BAD_LABEL, r, t, s, max_index, line
-        if kind == SLOW:
-            slow[s, 0] = i
-            slow[s, 1] = j
-            slow[s, 2] = -1 - r
-            s += 1
-        row_label[r] = value
-        # ---- qid
-        i = j
-        while i < h and _ws(buf[i]):
-            i += 1
-        row_q[r, 0] = -1
-        row_q[r, 1] = -1
-        if i + 4 <= h and buf[i] == 113 and buf[i + 1] == 105 and buf[i + 2] == 100 and buf[i + 3] == 58:
-            j = i + 4
-            while j < h and not _ws(buf[j]):
-                j += 1
-            if j == i + 4:
-                return EMPTY_QID, r, t, s, max_index, line
-            row_q[r, 0] = i + 4
-            row_q[r, 1] = j
-            i = j
-        same = False
-        if r > 0 and row_q[r, 0] >= 0 and row_q[r - 1, 0] >= 0:
-            a0 = row_q[r, 0]
-            b0 = row_q[r - 1, 0]
-            length = row_q[r, 1] - a0
-            if length == row_q[r - 1, 1] - b0:
-                same = True
-                for m in range(length):
-                    if buf[a0 + m] != buf[b0 + m]:
-                        same = False
-                        break
-        row_same_qid[r] = same
-        # ---- features
-        prev = -1
-        while True:
-            while i < h and _ws(buf[i]):
-                i += 1
-            if i >= h:
-                break
-            j = i
-            index = 0
-            while j < h and _digit(buf[j]):
-                if index <= MAX_INDEX:
-                    index = index * 10 + (buf[j] - 48)
-                j += 1
-            if j == i or j >= h or buf[j] != 58:
-                return BAD_TOKEN, r, t, s, max_index, line
-            if index > MAX_INDEX:
-                return INDEX_TOO_LARGE, r, t, s, max_index, line
-            if index <= prev:
-                return UNSORTED, r, t, s, max_index, line
-            prev = index
-            i = j + 1
-            j = i
-            while j < h and not _ws(buf[j]):
-                j += 1
-            if t >= max_tok:
-                return TOO_MANY, r, t, s, max_index, line
-            if j - i == 4 and buf[i] == 78 and buf[i + 1] == 85 and buf[i + 2] == 76 and buf[i + 3] == 76:
-                if not null_ok:
-                    return NULL_REFUSED, r, t, s, max_index, line
-                value = null_value
-            else:
-                value, kind = _number(buf, i, j)
-                if kind == INVALID:
-                    return BAD_TOKEN, r, t, s, max_index, line
-                if kind == SLOW:
-                    slow[s, 0] = i
-                    slow[s, 1] = j
-                    slow[s, 2] = t
-                    s += 1
-            if abs(value) >= F32_LIMIT:
-                return VALUE_RANGE, r, t, s, max_index, line
-            tok_row[t] = r
-            tok_col[t] = index
-            tok_val[t] = np.float32(value)
-            t += 1
-            if index > max_index:
-                max_index = index
-            i = j
-        # ---- docid in the comment: the first "docid\s*=\s*(\S+)" after the '#'
-        row_d[r, 0] = -1
-        row_d[r, 1] = -1
-        k = h
-        while k + 5 <= e:
-            if buf[k] == 100 and buf[k + 1] == 111 and buf[k + 2] == 99 and buf[k + 3] == 105 \
-                    and buf[k + 4] == 100:
-                m = k + 5
-                while m < e and _ws(buf[m]):
-                    m += 1
-                if m < e and buf[m] == 61:
-                    m += 1
-                    while m < e and _ws(buf[m]):
-                        m += 1
-                    start = m
-                    while m < e and not _ws(buf[m]):
-                        m += 1
-                    if m > start:
-                        row_d[r, 0] = start
-                        row_d[r, 1] = m
-                        break
-            k += 1
+        status, i, s = _label_and_qid(buf, i, h, r, row_label, row_q, slow, s)
+        if status != OK:
+            return status, r, t, s, max_index, line
+        row_same_qid[r] = _same_qid(buf, row_q, r)
+        status, t, s, max_index = _features(buf, i, h, r, t, s, max_index, null_value, null_ok,
+                                            tok_row, tok_col, tok_val, slow)
+        if status != OK:
+            return status, r, t, s, max_index, line
+        _docid(buf, h, e, r, row_d)
         row_line[r] = line
         r += 1
         pos = e + 1
     return OK, r, t, s, max_index, line
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _lone_cr(buf, pos, e):
+    """Whether ``buf[pos:e]`` holds a carriage return other than right before the line end."""
+    for k in range(pos, e - 1):
+        if buf[k] == 13:
+            return True
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
+def _label_and_qid(buf, i, h, r, row_label, row_q, slow, s):
+    """The label and the ``qid:`` span of row ``r`` from ``buf[i:h]``: ``(status, next, n_slow)``."""
+    j = i
+    while j < h and not _ws(buf[j]):
+        j += 1
+    value, kind = _number(buf, i, j)
+    if kind == INVALID:
+        return BAD_LABEL, i, s
+    if kind == SLOW:
+        slow[s, 0] = i
+        slow[s, 1] = j
+        slow[s, 2] = -1 - r
+        s += 1
+    row_label[r] = value
+    i = j
+    while i < h and _ws(buf[i]):
+        i += 1
+    row_q[r, 0] = -1
+    row_q[r, 1] = -1
+    if i + 4 <= h and buf[i] == 113 and buf[i + 1] == 105 and buf[i + 2] == 100 and buf[i + 3] == 58:
+        j = i + 4
+        while j < h and not _ws(buf[j]):
+            j += 1
+        if j == i + 4:
+            return EMPTY_QID, i, s
+        row_q[r, 0] = i + 4
+        row_q[r, 1] = j
+        i = j
+    return OK, i, s
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _same_qid(buf, row_q, r):
+    """Whether rows ``r`` and ``r - 1`` both have a qid, the same bytes."""
+    if r == 0 or row_q[r, 0] < 0 or row_q[r - 1, 0] < 0:
+        return False
+    a0 = row_q[r, 0]
+    b0 = row_q[r - 1, 0]
+    length = row_q[r, 1] - a0
+    if length != row_q[r - 1, 1] - b0:
+        return False
+    for m in range(length):
+        if buf[a0 + m] != buf[b0 + m]:
+            return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def _features(buf, i, h, r, t, s, max_index, null_value, null_ok, tok_row, tok_col, tok_val, slow):
+    """The ``index:value`` tokens of row ``r`` in ``buf[i:h]``: ``(status, n_tokens, n_slow, max_index)``."""
+    prev = -1
+    while True:
+        while i < h and _ws(buf[i]):
+            i += 1
+        if i >= h:
+            return OK, t, s, max_index
+        j = i
+        index = 0
+        while j < h and _digit(buf[j]):
+            if index <= MAX_INDEX:
+                index = index * 10 + (buf[j] - 48)
+            j += 1
+        if j == i or j >= h or buf[j] != 58:
+            return BAD_TOKEN, t, s, max_index
+        if index > MAX_INDEX:
+            return INDEX_TOO_LARGE, t, s, max_index
+        if index <= prev:
+            return UNSORTED, t, s, max_index
+        prev = index
+        i = j + 1
+        j = i
+        while j < h and not _ws(buf[j]):
+            j += 1
+        if t >= tok_row.shape[0]:
+            return TOO_MANY, t, s, max_index
+        if j - i == 4 and buf[i] == 78 and buf[i + 1] == 85 and buf[i + 2] == 76 and buf[i + 3] == 76:
+            if not null_ok:
+                return NULL_REFUSED, t, s, max_index
+            value = null_value
+        else:
+            value, kind = _number(buf, i, j)
+            if kind == INVALID:
+                return BAD_TOKEN, t, s, max_index
+            if kind == SLOW:
+                slow[s, 0] = i
+                slow[s, 1] = j
+                slow[s, 2] = t
+                s += 1
+        if abs(value) >= F32_LIMIT:
+            return VALUE_RANGE, t, s, max_index
+        tok_row[t] = r
+        tok_col[t] = index
+        tok_val[t] = np.float32(value)
+        t += 1
+        if index > max_index:
+            max_index = index
+        i = j
+
+
+@nb.njit(cache=True, nogil=True)
+def _docid(buf, h, e, r, row_d):
+    """The span of the first ``docid\\s*=\\s*(\\S+)`` in the comment ``buf[h:e]`` into ``row_d[r]``
+    (``(-1, -1)`` if none)."""
+    row_d[r, 0] = -1
+    row_d[r, 1] = -1
+    k = h
+    while k + 5 <= e:
+        if buf[k] == 100 and buf[k + 1] == 111 and buf[k + 2] == 99 and buf[k + 3] == 105 \
+                and buf[k + 4] == 100:
+            m = k + 5
+            while m < e and _ws(buf[m]):
+                m += 1
+            if m < e and buf[m] == 61:
+                m += 1
+                while m < e and _ws(buf[m]):
+                    m += 1
+                start = m
+                while m < e and not _ws(buf[m]):
+                    m += 1
+                if m > start:
+                    row_d[r, 0] = start
+                    row_d[r, 1] = m
+                    return
+        k += 1
 
 
 @nb.njit(cache=True, nogil=True)

@@ -111,6 +111,7 @@ def training_batches(
     softrank_max_extra: int = 30,
     drop_last: bool = False,
     pad: str = "list_size",
+    shard: tuple[int, int] | None = None,
 ) -> Iterator[Batch]:
     """One epoch of training slates of at most ``list_size`` positions.
 
@@ -127,6 +128,13 @@ def training_batches(
     ``list_size`` like any list: with more relevant documents than ``list_size``, some are left out.
 
     All randomness comes from ``seed_or_generator`` (an int seed, a NumPy or torch generator).
+
+    ``shard=(rank, world_size)`` yields only process ``rank``'s share of every batch: the batch's
+    lists split into ``world_size`` contiguous parts (:func:`share_bounds`), padded to the whole
+    batch's width. Every process draws the whole epoch's random numbers, so the shares of the
+    processes make up the batches of one process (``batch_size`` is the global batch), whatever
+    their number; a share may be empty (a batch of 0 lists) when a batch holds fewer lists than
+    processes.
     """
     list_size = check_int_count(list_size, "list_size")
     batch_size = check_int_count(batch_size, "batch_size")
@@ -137,6 +145,8 @@ def training_batches(
     if (isinstance(softrank_max_extra, bool) or not isinstance(softrank_max_extra, int | np.integer)
             or softrank_max_extra < 0):
         raise SmoothrankError(f"softrank_max_extra: expected an integer >= 0, got {softrank_max_extra!r}")
+    if shard is not None:
+        _check_shard(shard)
     rng = as_generator(seed_or_generator)
     order = rng.permutation(dataset.n_queries) if shuffle else np.arange(dataset.n_queries)
     queries: list[int] = []
@@ -159,10 +169,35 @@ def training_batches(
         queries.append(q)
         positions.append(local)
         if len(queries) == batch_size:
-            yield _fill(dataset, queries, positions, _width(positions, list_size, pad))
+            yield _share(dataset, queries, positions, _width(positions, list_size, pad), shard)
             queries, positions = [], []
     if queries and not drop_last:
-        yield _fill(dataset, queries, positions, _width(positions, list_size, pad))
+        yield _share(dataset, queries, positions, _width(positions, list_size, pad), shard)
+
+
+def share_bounds(n: int, world_size: int, rank: int) -> tuple[int, int]:
+    """``(start, stop)`` of process ``rank``'s contiguous share of ``n`` items split among
+    ``world_size`` processes, as ``np.array_split`` splits: the first ``n % world_size`` shares hold
+    one item more."""
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (rank < extra)
+
+
+def _check_shard(shard: tuple[int, int]) -> None:
+    ok = (isinstance(shard, tuple) and len(shard) == 2
+          and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in shard))
+    if not ok or not 0 <= shard[0] < shard[1]:
+        raise SmoothrankError(f"shard: expected (rank, world_size) with 0 <= rank < world_size, "
+                              f"got {shard!r}")
+
+
+def _share(dataset: Dataset, queries: list[int], positions: list[np.ndarray], width: int,
+           shard: tuple[int, int] | None) -> Batch:
+    if shard is not None:
+        start, stop = share_bounds(len(queries), shard[1], shard[0])
+        queries, positions = queries[start:stop], positions[start:stop]
+    return _fill(dataset, queries, positions, width)
 
 
 def _width(positions: Sequence[np.ndarray], list_size: int, pad: str) -> int:

@@ -210,6 +210,21 @@ def concat_datasets(datasets: Sequence[Dataset], *, source: str | None = None) -
                    bases.pop() if len(bases := {d.index_base for d in parts}) == 1 else None)
 
 
+def dataset_from_parts(*, features: np.ndarray, labels: np.ndarray, qids: np.ndarray, doc_ids: np.ndarray,
+                       offsets: np.ndarray, line_numbers: np.ndarray, source: str,
+                       index_base: int | None) -> Dataset:
+    """A :class:`Dataset` whose feature values are known to be finite (a store entry the reader wrote:
+    it refuses NaN and inf), so only the layout is checked: no pass over every feature value, which
+    on a memory-mapped store would read it whole."""
+    ds = object.__new__(Dataset)
+    for name, value in (("features", features), ("labels", labels), ("qids", qids), ("doc_ids", doc_ids),
+                        ("offsets", offsets), ("line_numbers", line_numbers), ("source", source),
+                        ("index_base", index_base)):
+        object.__setattr__(ds, name, value)
+    _validate(ds)
+    return ds
+
+
 def _query_indices(queries: Sequence[int] | np.ndarray, n_queries: int) -> np.ndarray:
     """``queries`` of :meth:`Dataset.subset` as int64 indices; a float is refused, not truncated
     (``[0.7]`` was query 0)."""

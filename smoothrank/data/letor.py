@@ -18,29 +18,42 @@ Speed: inputs of at least :data:`FAST_MIN_BYTES` go first through a compiled sca
 gives up on anything doubtful; the input is then read again by the strict parser below, whose
 lines are split in Python and whose numbers are parsed and checked by vectorised NumPy code,
 and which names the file and line of the problem. Both store the features once, as float32 (no
-dense float64 copy). A binary cache (:mod:`smoothrank.data.cache`) makes a second load of a
-large file much faster.
+dense float64 copy). With the cache, both write the on-disk store (:mod:`smoothrank.data.store`)
+chunk by chunk while they parse, so a file of any size is read with bounded memory, and a second
+load memory-maps it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import mmap
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 
 from smoothrank._checks import check_bool
-from smoothrank.data import cache as _cache
+from smoothrank.data import store
 from smoothrank.data._io import BOM, HEAD_BYTES, check_readable, gzip_errors, open_binary, without_bom
-from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset
-from smoothrank.errors import DataFormatError, IndexBaseError, SmoothrankError
+from smoothrank.data._options import ReaderOptions
+from smoothrank.data._rows import (
+    ROW_ARRAYS,
+    DiskSink,
+    Parsed,
+    Rows,
+    assemble,
+    decode,
+    show,
+    stored_dataset,
+)
+from smoothrank.data.dataset import F32_EXACT_INT, F32_LIMIT, Dataset, concat_datasets
+from smoothrank.errors import DataFormatError, IndexBaseError, SmoothrankError, SmoothrankWarning
 
 _DOCID = re.compile(rb"docid\s*=\s*(\S+)")
 _NULL = re.compile(rb":NULL(?= |$)")
@@ -60,62 +73,9 @@ MAX_INFERRED_FEATURES = 1 << 16
 _CHUNK_BYTES = 1 << 24
 
 
-def _check_zero_based(value: object) -> bool | str:
-    """True, False or ``"auto"``; ``zero_based=0`` (a dataset's index base) would mean False and shift
-    every column, so an integer is refused with the expression to pass instead."""
-    if isinstance(value, str) and value == "auto":
-        return value
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    hint = "; for a dataset's index base (0 or 1) pass zero_based=(index_base == 0)" \
-        if isinstance(value, int | np.integer) else ""
-    raise SmoothrankError(f"zero_based: expected True, False or 'auto', got {value!r}{hint}")
-
-
-@dataclass(frozen=True)
-class ReaderOptions:
-    """The reader's options (documented in :func:`load_letor`); part of the cache key."""
-
-    n_features: int | None = None
-    zero_based: bool | str = "auto"
-    null_value: float | None = 0.0
-    allow_real_labels: bool = False
-    allow_negative_labels: bool = False
-    regroup: bool = False
-
-    def __post_init__(self) -> None:
-        if self.n_features is not None and (not isinstance(self.n_features, int | np.integer)
-                                            or isinstance(self.n_features, bool) or self.n_features < 1):
-            raise SmoothrankError(f"n_features: expected a positive integer or None, got {self.n_features!r}")
-        # np.bool_ (from a comparison) is kept as a plain bool: the options are also a cache key
-        object.__setattr__(self, "zero_based", _check_zero_based(self.zero_based))
-        for name in ("allow_real_labels", "allow_negative_labels", "regroup"):
-            object.__setattr__(self, name, check_bool(getattr(self, name), name))
-        if self.null_value is not None and not np.isfinite(float(self.null_value)):
-            raise SmoothrankError(f"null_value: expected a finite number or None, got {self.null_value!r}")
-
-    def as_dict(self) -> dict[str, object]:
-        return {"n_features": self.n_features, "zero_based": self.zero_based,
-                "null_value": self.null_value, "allow_real_labels": self.allow_real_labels,
-                "allow_negative_labels": self.allow_negative_labels, "regroup": self.regroup}
-
-
 # --------------------------------------------------------------------------------- public API
-def cached_dataset(key: str, source: str) -> Dataset | None:
-    """The cache's entry ``key`` as a :class:`Dataset`, or None where there is none or it is damaged:
-    unreadable, or readable but inconsistent (offsets that do not cover the documents, ...), which
-    the caller parses again and overwrites."""
-    entry = _cache.load_entry(key)
-    if entry is None:
-        return None
-    try:
-        return Dataset(source=source, **entry)
-    except SmoothrankError:
-        return None
-
-
 def load_letor(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     n_features: int | None = None,
     query_file: str | os.PathLike[str] | None = "auto",
@@ -125,6 +85,7 @@ def load_letor(
     allow_negative_labels: bool = False,
     regroup: bool = False,
     cache: bool | None = None,
+    verify: bool = False,
 ) -> Dataset:
     """Read a LETOR / SVMlight ranking file (plain or gzip, LF or CRLF) into a :class:`Dataset`.
 
@@ -132,7 +93,10 @@ def load_letor(
     ----------
     path
         The file. gzip is recognised by its magic bytes, whatever the suffix; bz2, xz, zip, zstd and
-        UTF-16 files are refused by theirs (decompress or convert them first).
+        UTF-16 files are refused by theirs (decompress or convert them first). Several files (shards)
+        are read as one dataset, queries in file order: a list of paths, or a glob pattern such as
+        ``"train-*.txt"`` (files in sorted order). The first file then fixes the feature count and
+        index base of the others (unless given), and a query id in two files stays two lists.
     n_features
         The declared feature count; an index beyond it is an error. ``None``: the largest index.
     query_file
@@ -153,44 +117,270 @@ def load_letor(
         each row's source line, and :func:`~smoothrank.data.write_predictions` with
         ``dataset=`` writes scores back in file order.
     cache
-        Use the binary cache (:mod:`smoothrank.data.cache`). ``None``: only for files of at
-        least 1 MiB.
+        Use the on-disk dataset store (:mod:`smoothrank.data.store`): the first read writes it while
+        it parses (bounded memory), later reads memory-map it; the returned arrays are then read-only
+        memory maps. ``None``: only for files of at least 1 MiB.
+    verify
+        With the cache: also compare a BLAKE2b hash of the file's bytes with the one recorded in
+        the store (a read of the whole file); by default its size, modification time and inode are.
 
     Returns
     -------
     Dataset
         Rows in file order; ``doc_ids`` from a ``#docid = X`` comment, else the line number.
     """
-    path = Path(path)
-    if not path.is_file():
-        if path.exists():
-            raise SmoothrankError(f"{path}: not a file")
-        raise FileNotFoundError(2, "No such file or directory", str(path))
     options = ReaderOptions(n_features, zero_based, null_value, allow_real_labels, allow_negative_labels,
                             regroup)
     if cache is not None:
         check_bool(cache, "cache")
+    verify = check_bool(verify, "verify")
+    shards = _shard_paths(path)
+    if shards is not None:
+        if query_file not in (None, "auto"):
+            raise SmoothrankError("query_file: give one per file: with several files, each file's .query "
+                                  "side file is found beside it (query_file='auto')")
+        return _load_shards(shards, options, query_file=query_file, cache=cache, verify=verify)
+    path = Path(path)  # type: ignore[arg-type]
+    if not path.is_file():
+        if path.exists():
+            raise SmoothrankError(f"{path}: not a file")
+        raise FileNotFoundError(2, "No such file or directory", str(path))
     side = _find_query_file(path, query_file)
     use_cache = cache if cache is not None else path.stat().st_size >= AUTO_CACHE_BYTES
-    key = None
     if use_cache:
-        digests = [_cache.file_digest(path)] + ([_cache.file_digest(side)] if side else [])
-        key = _cache.cache_key(digests, options.as_dict())
-        if (cached := cached_dataset(key, str(path))) is not None:
-            return cached
+        dataset = _through_store(path, side, options, verify)
+        if dataset is not None:
+            return dataset
+    with gzip_errors(path), _memory_errors(path):
+        parsed = _parse_file(path, side, options, Rows)
+    return parsed.dataset(str(path))
+
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _shard_paths(path: object) -> list[Path] | None:
+    """The files of a list of paths, or of a glob pattern (a string with ``*``, ``?`` or ``[`` that
+    is not an existing file), sorted; None for one file."""
+    if isinstance(path, list | tuple):
+        if not path:
+            raise SmoothrankError("path: an empty list of files")
+        return [Path(p) for p in path]
+    if isinstance(path, str) and _GLOB.search(path) and not Path(path).exists():
+        matches = sorted(Path(p) for p in glob.glob(path) if Path(p).is_file())
+        if not matches:
+            raise FileNotFoundError(2, "No file matches the pattern", path)
+        return matches
+    return None
+
+
+def _load_shards(paths: list[Path], options: ReaderOptions, *, query_file: str | None, cache: bool | None,
+                 verify: bool) -> Dataset:
+    """Several LETOR files read as one dataset, queries in file order. The first file fixes the
+    feature count of the others (unless ``n_features`` is given) and the index base (unless
+    ``zero_based`` is), as :func:`smoothrank.datasets.load_splits` does for a config's splits; a
+    query id in two files stays two lists (as :func:`concat_datasets`). Through the store, the
+    result is one more entry (copied from the files' entries a block of rows at a time)."""
+    parts: list[Dataset] = []
+    for path in paths:
+        first = parts[0] if parts else None
+        width = first.n_features if first is not None and options.n_features is None else options.n_features
+        base = options.zero_based
+        if first is not None and base == "auto" and first.index_base is not None:
+            base = first.index_base == 0
+        parts.append(load_letor(path, n_features=width, query_file=query_file, zero_based=base,
+                                null_value=options.null_value, allow_real_labels=options.allow_real_labels,
+                                allow_negative_labels=options.allow_negative_labels, regroup=options.regroup,
+                                cache=cache, verify=verify))
+    if len(parts) == 1:
+        return parts[0]
+    if not all(isinstance(p.features, np.memmap) for p in parts):
+        return concat_datasets(parts)
+    identity = {"path": None, "size": None, "mtime_ns": None, "inode": None, "bundled": None, "side": None,
+                "shards": [store.source_identity(p, None) for p in paths], "options": options.as_dict()}
+    source = " + ".join(str(p) for p in paths)
+    for entry, manifest in store.find(identity):
+        if (dataset := _open_entry(entry, manifest, source)) is not None:
+            store.touch(entry)
+            return dataset
+        store.remove(entry)
+    try:
+        with store.EntryWriter(identity, source) as writer:
+            entry = _write_concatenation(writer, parts)
+    except OSError as err:
+        warnings.warn(f"could not write the dataset cache in {store.cache_dir()}: {err}; concatenating "
+                      "in memory", SmoothrankWarning, stacklevel=3)
+        return concat_datasets(parts)
+    store.evict(keep=entry)
+    dataset = _open_entry(entry, store.read_manifest(entry) or {}, source)
+    if dataset is None:  # pragma: no cover - just written
+        raise SmoothrankError(f"{entry}: the dataset cache entry just written cannot be read back")
+    return dataset
+
+
+def _write_concatenation(writer: store.EntryWriter, parts: list[Dataset]) -> Path:
+    n = sum(p.n_docs for p in parts)
+    for name in ROW_ARRAYS:
+        arrays = [getattr(p, name) for p in parts]
+        dtype = np.result_type(*arrays)
+        out = writer.allocate(name, dtype, (n, *arrays[0].shape[1:]))
+        r = 0
+        for array in arrays:
+            for start in range(0, array.shape[0], 1 << 16):
+                block = array[start:start + (1 << 16)]
+                out[r:r + block.shape[0]] = block
+                r += block.shape[0]
+        out.flush()
+        del out
+    starts = np.cumsum([0] + [p.n_docs for p in parts[:-1]])
+    offsets = np.concatenate([parts[0].offsets[:1]] + [p.offsets[1:] + s for p, s in zip(parts, starts,
+                                                                                          strict=True)])
+    writer.array("offsets", offsets.astype(np.int64), mmap=False)
+    writer.array("qids", np.concatenate([p.qids for p in parts]), mmap=False)
+    bases = {p.index_base for p in parts}
+    return writer.commit({"parse": {"index_base": bases.pop() if len(bases) == 1 else None,
+                                    "n_features": parts[0].n_features, "shards": len(parts)}})
+
+
+def _parse_file(path: Path, side: Path | None, options: ReaderOptions,
+                new_rows: Callable[[], Rows]) -> Parsed:
+    """Parse the file ``path`` into the rows ``new_rows()`` gives (the compiled scanner first, then,
+    if it gives up, the strict parser into fresh rows)."""
     sizes = _read_query_file(side) if side is not None else None
     context = {"source": str(path), "options": options, "query_sizes": sizes,
                "query_source": str(side) if side else None}
-    dataset = None
-    with gzip_errors(path), _memory_errors(path):
-        if path.stat().st_size >= FAST_MIN_BYTES:
-            with open_binary(path) as handle:
-                dataset = _fast_parse(_file_chunks(handle, _CHUNK_BYTES), **context)
-        if dataset is None:  # small, or something the scanner leaves to the strict parser
-            with open_binary(path) as handle:
-                dataset = _parse_stream(handle, **context)
-    if key is not None:
-        _cache.store_entry(key, _arrays(dataset))
+    acc = None
+    if path.stat().st_size >= FAST_MIN_BYTES:
+        acc = new_rows()
+        with open_binary(path) as handle:
+            if not _fast_scan(_file_chunks(handle, _CHUNK_BYTES), acc, options):
+                acc.sink.close()
+                acc = None
+    if acc is None:  # small, or something the scanner leaves to the strict parser
+        acc = new_rows()
+        with open_binary(path) as handle:
+            _strict_scan(_line_chunks(handle, _CHUNK_BYTES), acc, source=str(path), options=options)
+    try:
+        return assemble(acc, **context)
+    finally:
+        acc.sink.close()
+
+
+def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify: bool) -> Dataset | None:
+    """``path`` from its store entry, converted into one first where none serves ``options``; None
+    where the store cannot be written (a warning says why; the caller reads into memory)."""
+    identity = store.source_identity(path, side)
+    digest = _source_digest(path, side) if verify else None
+    for entry, manifest in store.find(identity):
+        recorded = manifest["source"].get("digest")
+        if verify and recorded != digest:
+            if recorded is not None:
+                store.remove(entry)  # same size and time, other bytes
+            continue
+        if _serves(manifest.get("parse", {}), options):
+            dataset = _open_entry(entry, manifest, str(path))
+            if dataset is not None:
+                store.touch(entry)
+                return dataset
+            store.remove(entry)  # damaged: rebuilt below
+    try:
+        with gzip_errors(path), store.EntryWriter({**identity, "digest": digest}, str(path)) as writer:
+            parsed = _parse_file(path, side, options, lambda: Rows(sink=DiskSink(writer)))
+            if store.source_identity(path, side) != identity:
+                warnings.warn(f"{path} changed while it was read; not cached", SmoothrankWarning,
+                              stacklevel=3)
+                return parsed.dataset(str(path))
+            entry = _commit(writer, parsed)
+    except OSError as err:
+        if err.filename is not None and os.path.realpath(err.filename) == identity["path"]:
+            raise  # about the source itself, not the store
+        warnings.warn(f"could not write the dataset cache in {store.cache_dir()}: {err}; reading {path} "
+                      "into memory", SmoothrankWarning, stacklevel=3)
+        return None
+    store.evict(keep=entry)
+    dataset = _open_entry(entry, store.read_manifest(entry) or {}, str(path))
+    if dataset is None:  # pragma: no cover - just written
+        raise SmoothrankError(f"{entry}: the dataset cache entry just written cannot be read back")
+    return dataset
+
+
+def _commit(writer: store.EntryWriter, parsed: Parsed) -> Path:
+    for name in ("qids", "offsets"):
+        writer.array(name, parsed.arrays[name], mmap=False)
+    for name in ROW_ARRAYS:
+        parsed.arrays[name].flush()
+    return writer.commit({"parse": parsed.info})
+
+
+def _open_entry(entry: Path, manifest: dict[str, Any], source: str) -> Dataset | None:
+    """The dataset of a store entry (memory maps), or None where it is damaged or inconsistent."""
+    arrays = store.open_arrays(entry, manifest)
+    if arrays is None:
+        return None
+    try:
+        return stored_dataset({**arrays, "index_base": manifest["parse"]["index_base"]}, source)
+    except (SmoothrankError, KeyError, TypeError):
+        return None
+
+
+def _source_digest(path: Path, side: Path | None) -> str:
+    return "+".join(store.file_digest(p) for p in (path, side) if p is not None)
+
+
+def _serves(info: dict[str, Any], options: ReaderOptions) -> bool:
+    """Whether an entry whose parse is described by ``info`` (:func:`_rows.assemble`) holds what
+    reading its source with ``options`` gives, and that read would raise no error (which only the
+    parser names with its line)."""
+    try:
+        has_zero, max_index = bool(info["has_zero"]), int(info["max_index"])
+        if options.zero_based is False and has_zero:
+            return False
+        auto_base = 0 if has_zero else 1
+        base = {True: 0, False: 1}.get(options.zero_based, auto_base)  # type: ignore[arg-type]
+        if options.n_features is None:
+            if max_index > MAX_INFERRED_FEATURES:
+                return False
+            width = max_index + 1 - base if max_index >= 0 else 0
+        else:
+            if max_index > options.n_features or (base == 0 and max_index == options.n_features):
+                return False
+            width = options.n_features
+        return (base == info["index_base"] and width == info["n_features"]
+                and (not info["has_null"] or options.null_value == info["null_value"])
+                and (options.allow_real_labels or info["labels_integer"])
+                and (options.allow_negative_labels or info["labels_nonneg"])
+                and (options.regroup or not info["regrouped"]))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def load_stored_text(name: str, text: bytes, *, source: str, cache: bool = True) -> Dataset:
+    """Text known by ``name`` (unique to its content, e.g. checksums: bundled data), parsed with the
+    default options, from the store where an entry is there; parsed and stored otherwise."""
+    identity = {"path": None, "size": None, "mtime_ns": None, "inode": None, "bundled": name, "side": None}
+    if cache:
+        for entry, manifest in store.find(identity):
+            if (dataset := _open_entry(entry, manifest, source)) is not None:
+                store.touch(entry)
+                return dataset
+            store.remove(entry)
+    options = ReaderOptions()
+    acc = Rows()
+    if not (len(text) >= FAST_MIN_BYTES and _fast_scan(_memory_chunks(text, _CHUNK_BYTES), acc, options)):
+        acc = Rows()
+        _strict_scan((bytes(c).splitlines(keepends=True) for c in _memory_chunks(text, _CHUNK_BYTES)), acc,
+                     source=source, options=options)
+    parsed = assemble(acc, source=source, options=options, query_sizes=None, query_source=None)
+    dataset = parsed.dataset(source)
+    if cache:
+        try:
+            with store.EntryWriter(identity, source) as writer:
+                for field_name in (*ROW_ARRAYS, "qids", "offsets"):
+                    writer.array(field_name, parsed.arrays[field_name])
+                store.evict(keep=writer.commit({"parse": parsed.info}))
+        except (OSError, SmoothrankError) as err:
+            warnings.warn(f"could not write the dataset cache in {store.cache_dir()}: {err}",
+                          SmoothrankWarning, stacklevel=2)
     return dataset
 
 
@@ -300,83 +490,107 @@ def _file_chunks(handle, size: int) -> Iterator[bytes]:
 
 def _fast_parse(chunks: Iterable[bytes | memoryview], *, source: str, options: ReaderOptions,
                 query_sizes: np.ndarray | None, query_source: str | None) -> Dataset | None:
-    """Read clean input with the compiled scanner; None when the strict parser must look at it.
+    """Read clean input with the compiled scanner into memory; None when the strict parser must look
+    at it (:func:`_fast_scan`)."""
+    acc = Rows()
+    if not _fast_scan(chunks, acc, options):
+        return None
+    return assemble(acc, source=source, options=options, query_sizes=query_sizes,
+                    query_source=query_source).dataset(source)
+
+
+def _fast_scan(chunks: Iterable[bytes | memoryview], acc: Rows, options: ReaderOptions) -> bool:
+    """Read clean input with the compiled scanner into ``acc``; False when the strict parser must
+    look at it.
 
     The scanner accepts only what the strict parser reads the same way (see
     :mod:`smoothrank.data._letor_kernel`); the checks it does not make (labels, indices against
     ``n_features`` and ``zero_based``, UTF-8 of ids) are made here, vectorised, and any failure
-    also returns None, so that every error message comes from the strict parser. Query-level
-    checks (missing or interleaved qids, group sizes) are shared: :func:`_assemble`.
+    also returns False, so that every error message comes from the strict parser. Query-level
+    checks (missing or interleaved qids, group sizes) are shared: :func:`_rows.assemble`.
     """
     kernel = _kernel()
     if kernel is None:
-        return None  # pragma: no cover
-    acc = _Rows()
-    null_ok = options.null_value is not None
-    null = float(options.null_value) if null_ok else 0.0
-    limit = options.n_features
+        return False  # pragma: no cover
     line_offset = 0
     for chunk in chunks:
-        buf = np.frombuffer(chunk, dtype=np.uint8)
-        max_rows = int(np.count_nonzero(buf == ord("\n"))) + 1
-        max_tok = int(np.count_nonzero(buf == ord(":")))
-        row_line = np.empty(max_rows, dtype=np.int64)
-        row_label = np.empty(max_rows, dtype=np.float64)
-        row_q = np.empty((max_rows, 2), dtype=np.int64)
-        row_d = np.empty((max_rows, 2), dtype=np.int64)
-        row_same = np.empty(max_rows, dtype=np.bool_)
-        tok_row = np.empty(max_tok, dtype=np.int32)
-        tok_col = np.empty(max_tok, dtype=np.int32)
-        tok_val = np.empty(max_tok, dtype=np.float32)
-        slow = np.empty((max_tok + max_rows, 3), dtype=np.int64)
-        status, n_rows, n_tok, n_slow, max_index, n_lines = kernel.scan_chunk(
-            buf, null, null_ok, row_line, row_label, row_q, row_d, row_same, tok_row, tok_col, tok_val, slow)
-        if status != kernel.OK:
-            return None
+        scanned = _scan(kernel, chunk, options)
+        if scanned is None:
+            return False
+        n_lines, n_rows = scanned["n_lines"], scanned["n_rows"]
         if n_rows == 0:
             line_offset += n_lines
             continue
-        lines = row_line[:n_rows] + line_offset
+        lines = scanned["row_line"][:n_rows] + line_offset
         line_offset += n_lines
-        # numbers outside the scanner's exact fast path: Python's correctly rounded float()
-        for start, end, target in slow[:n_slow].tolist():
-            value = float(bytes(chunk[start:end]))
-            if target < 0:
-                row_label[-1 - target] = value
-            elif not abs(value) < F32_LIMIT:  # also NaN
-                return None
-            else:
-                tok_val[target] = value
-        labels = row_label[:n_rows]
-        if not _labels_ok(labels, options):
-            return None
-        cols = tok_col[:n_tok]
-        rows = tok_row[:n_tok]
-        if n_tok:
-            if options.zero_based is False and not cols.all():
-                return None
-            if limit is None and max_index > MAX_INFERRED_FEATURES:
-                return None  # the strict parser names the line
-            if limit is not None:
-                if max_index > limit:
-                    return None
-                if options.zero_based is not False and acc.first_limit_line is None and max_index == limit:
-                    acc.first_limit_line = int(lines[rows[int(np.argmax(cols == limit))]])
-            if acc.first_zero_line is None and not cols.all():
-                acc.first_zero_line = int(lines[rows[int(np.argmin(cols))]])
-        acc.max_index = max(acc.max_index, max_index)
-        block = np.zeros((n_rows, max_index + 1), dtype=np.float32)
-        kernel.scatter(block, rows, cols, tok_val[:n_tok])
-        acc.blocks.append(block)
-        acc.labels.append(labels.astype(np.float32))
-        acc.lines.extend(lines.tolist())
+        labels = scanned["row_label"][:n_rows]
+        if not _labels_ok(labels, options) or not _check_indices(scanned, lines, acc, options):
+            return False
+        block = np.zeros((n_rows, scanned["max_index"] + 1), dtype=np.float32)
+        n_tok = scanned["n_tok"]
+        kernel.scatter(block, scanned["tok_row"][:n_tok], scanned["tok_col"][:n_tok],
+                       scanned["tok_val"][:n_tok])
         try:
-            _collect_ids(chunk, row_q[:n_rows], row_same[:n_rows], row_d[:n_rows], lines, acc)
+            doc_ids = _collect_ids(chunk, scanned["row_q"][:n_rows], scanned["row_same"][:n_rows],
+                                   scanned["row_d"][:n_rows], lines, acc)
         except UnicodeDecodeError:
-            return None
-    if not acc.lines:
+            return False
+        acc.has_null = acc.has_null or b"NULL" in chunk
+        acc.max_index = max(acc.max_index, scanned["max_index"])
+        acc.add_rows(lines, labels, doc_ids, block)
+    return acc.n_rows > 0
+
+
+def _scan(kernel: Any, chunk: bytes | memoryview, options: ReaderOptions) -> dict[str, Any] | None:
+    """The compiled scanner's output for one chunk (slow numbers parsed), or None if it gave up."""
+    buf = np.frombuffer(chunk, dtype=np.uint8)
+    max_rows = int(np.count_nonzero(buf == ord("\n"))) + 1
+    max_tok = int(np.count_nonzero(buf == ord(":")))
+    out = {"row_line": np.empty(max_rows, dtype=np.int64), "row_label": np.empty(max_rows, dtype=np.float64),
+           "row_q": np.empty((max_rows, 2), dtype=np.int64), "row_d": np.empty((max_rows, 2), dtype=np.int64),
+           "row_same": np.empty(max_rows, dtype=np.bool_), "tok_row": np.empty(max_tok, dtype=np.int32),
+           "tok_col": np.empty(max_tok, dtype=np.int32), "tok_val": np.empty(max_tok, dtype=np.float32)}
+    slow = np.empty((max_tok + max_rows, 3), dtype=np.int64)
+    null_ok = options.null_value is not None
+    null = float(options.null_value) if null_ok else 0.0
+    status, n_rows, n_tok, n_slow, max_index, n_lines = kernel.scan_chunk(
+        buf, null, null_ok, out["row_line"], out["row_label"], out["row_q"], out["row_d"], out["row_same"],
+        out["tok_row"], out["tok_col"], out["tok_val"], slow)
+    if status != kernel.OK:
         return None
-    return _assemble(acc, source=source, options=options, query_sizes=query_sizes, query_source=query_source)
+    # numbers outside the scanner's exact fast path: Python's correctly rounded float()
+    for start, end, target in slow[:n_slow].tolist():
+        value = float(bytes(chunk[start:end]))
+        if target < 0:
+            out["row_label"][-1 - target] = value
+        elif not abs(value) < F32_LIMIT:  # also NaN
+            return None
+        else:
+            out["tok_val"][target] = value
+    out.update(n_rows=n_rows, n_tok=n_tok, max_index=max_index, n_lines=n_lines)
+    return out
+
+
+def _check_indices(scanned: dict[str, Any], lines: np.ndarray, acc: Rows, options: ReaderOptions) -> bool:
+    """The index rules the scanner does not check (``zero_based``, ``n_features``), as one yes/no;
+    notes the first lines with index 0 and with index ``n_features`` in ``acc``."""
+    n_tok, max_index = scanned["n_tok"], scanned["max_index"]
+    if not n_tok:
+        return True
+    cols, rows = scanned["tok_col"][:n_tok], scanned["tok_row"][:n_tok]
+    limit = options.n_features
+    if options.zero_based is False and not cols.all():
+        return False
+    if limit is None and max_index > MAX_INFERRED_FEATURES:
+        return False  # the strict parser names the line
+    if limit is not None:
+        if max_index > limit:
+            return False
+        if options.zero_based is not False and acc.first_limit_line is None and max_index == limit:
+            acc.first_limit_line = int(lines[rows[int(np.argmax(cols == limit))]])
+    if acc.first_zero_line is None and not cols.all():
+        acc.first_zero_line = int(lines[rows[int(np.argmin(cols))]])
+    return True
 
 
 def _labels_ok(values: np.ndarray, options: ReaderOptions) -> bool:
@@ -390,17 +604,21 @@ def _labels_ok(values: np.ndarray, options: ReaderOptions) -> bool:
 
 
 def _collect_ids(chunk: bytes | memoryview, spans_q: np.ndarray, same: np.ndarray, spans_d: np.ndarray,
-                 lines: np.ndarray, acc: _Rows) -> None:
-    """Per-row qid bytes (one object per run of equal qids) and doc ids (docid, else line number)."""
-    qid: bytes | None = None
-    for (start, end), repeat in zip(spans_q.tolist(), same.tolist(), strict=True):
-        if start < 0:
-            qid = None
-        elif not repeat:
-            qid = bytes(chunk[start:end])
-        acc.qids.append(qid)
-    for (start, end), line in zip(spans_d.tolist(), lines.tolist(), strict=True):
-        acc.doc_ids.append(bytes(chunk[start:end]).decode("utf-8") if start >= 0 else str(line))
+                 lines: np.ndarray, acc: Rows) -> np.ndarray:
+    """Adds the chunk's runs of equal qids to ``acc``; returns its doc ids (docid, else line number)."""
+    has = spans_q[:, 0] >= 0
+    # a row continues its run if it has the previous row's qid, or neither has one
+    cont = same.copy()
+    cont[1:] |= ~has[1:] & ~has[:-1]
+    cont[0] = False
+    first_rows = np.flatnonzero(~cont)
+    qids = [bytes(chunk[s:e]) if s >= 0 else None for s, e in spans_q[first_rows].tolist()]
+    acc.add_runs(first_rows, qids, lines)
+    if not np.any(spans_d[:, 0] >= 0):
+        return lines.astype(f"<U{len(str(int(lines.max())))}")
+    ids = [bytes(chunk[start:end]).decode("utf-8") if start >= 0 else str(line)
+           for (start, end), line in zip(spans_d.tolist(), lines.tolist(), strict=True)]
+    return np.asarray(ids, dtype=np.str_)
 
 
 # --------------------------------------------------------------------------------- side files
@@ -452,7 +670,7 @@ def _read_query_file(path: Path) -> np.ndarray:
                 continue
             if not text.isdigit() or not 0 < int(text) <= _MAX_GROUP:
                 raise DataFormatError(f"{path}:{lineno}: a group size must be a positive integer "
-                                      f"(at most {_MAX_GROUP}), got {_show(text)}")
+                                      f"(at most {_MAX_GROUP}), got {show(text)}")
             sizes.append(int(text))
     if not sizes:
         raise DataFormatError(f"{path}: no group sizes")
@@ -460,39 +678,36 @@ def _read_query_file(path: Path) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------- parsing
-@dataclass
-class _Rows:
-    """What the line loop collects, chunk by chunk."""
-
-    labels: list[np.ndarray] = field(default_factory=list)
-    qids: list[bytes | None] = field(default_factory=list)
-    doc_ids: list[str] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
-    blocks: list[np.ndarray] = field(default_factory=list)
-    first_zero_line: int | None = None
-    first_limit_line: int | None = None  # first line using index == n_features
-    max_index: int = -1
-
-
 def _parse_stream(handle, *, source: str, options: ReaderOptions, query_sizes: np.ndarray | None,
                   query_source: str | None, chunk_bytes: int = 1 << 24) -> Dataset:
-    def chunks():
-        # bytes.splitlines, as parse_letor splits: a lone CR ends a line in both readers
-        for block in _file_chunks(handle, chunk_bytes):
-            yield block.splitlines(keepends=True)
-    return _parse_lines(chunks(), source=source, options=options, query_sizes=query_sizes,
-                        query_source=query_source)
+    return _parse_lines(_line_chunks(handle, chunk_bytes), source=source, options=options,
+                        query_sizes=query_sizes, query_source=query_source)
+
+
+def _line_chunks(handle, chunk_bytes: int = 1 << 24) -> Iterator[list[bytes]]:
+    # bytes.splitlines, as parse_letor splits: a lone CR ends a line in both readers
+    for block in _file_chunks(handle, chunk_bytes):
+        yield block.splitlines(keepends=True)
 
 
 def _parse_lines(chunks, *, source: str, options: ReaderOptions, query_sizes: np.ndarray | None,
                  query_source: str | None) -> Dataset:
-    acc = _Rows()
+    acc = Rows()
+    _strict_scan(chunks, acc, source=source, options=options)
+    return assemble(acc, source=source, options=options, query_sizes=query_sizes,
+                    query_source=query_source).dataset(source)
+
+
+def _strict_scan(chunks, acc: Rows, *, source: str, options: ReaderOptions) -> None:
+    """Parse chunks of lines into ``acc``; every problem is a DataFormatError naming the line."""
     lineno = 0
     for lines in chunks:
         label_tok: list[bytes] = []
         feat_tok: list[bytes] = []
         counts: list[int] = []
         chunk_lines: list[int] = []
+        qids: list[bytes | None] = []
+        doc_ids: list[str] = []
         for raw in lines:
             lineno += 1
             hash_at = raw.find(b"#")
@@ -513,19 +728,22 @@ def _parse_lines(chunks, *, source: str, options: ReaderOptions, query_sizes: np
                 qid = None
                 feats = parts[1:]
             label_tok.append(parts[0])
-            acc.qids.append(qid)
-            acc.doc_ids.append(_decode(match.group(1), source, lineno, "docid") if match else str(lineno))
+            qids.append(qid)
+            doc_ids.append(decode(match.group(1), source, lineno, "docid") if match else str(lineno))
             feat_tok.extend(feats)
             counts.append(len(feats))
             chunk_lines.append(lineno)
         if not chunk_lines:
             continue
-        acc.lines.extend(chunk_lines)
-        acc.labels.append(_parse_labels(label_tok, chunk_lines, source, options))
-        _parse_features(feat_tok, counts, chunk_lines, source, options, acc)
-    if not acc.lines:
+        labels = _parse_labels(label_tok, chunk_lines, source, options)
+        block = _parse_features(feat_tok, counts, chunk_lines, source, options, acc)
+        line_array = np.asarray(chunk_lines, dtype=np.int64)
+        changes = [i for i in range(1, len(qids)) if qids[i] != qids[i - 1]]
+        first_rows = np.asarray([0, *changes], dtype=np.int64)
+        acc.add_runs(first_rows, [qids[i] for i in first_rows.tolist()], line_array)
+        acc.add_rows(line_array, labels, np.asarray(doc_ids, dtype=np.str_), block)
+    if not acc.n_rows:
         raise DataFormatError(f"{source}: no data lines")
-    return _assemble(acc, source=source, options=options, query_sizes=query_sizes, query_source=query_source)
 
 
 def _parse_labels(tokens: list[bytes], lines: list[int], source: str, options: ReaderOptions) -> np.ndarray:
@@ -533,7 +751,7 @@ def _parse_labels(tokens: list[bytes], lines: list[int], source: str, options: R
     if values is None:
         for tok, line in zip(tokens, lines, strict=True):
             if not _NUMBER.fullmatch(tok):
-                raise DataFormatError(f"{source}:{line}: the label {_show(tok)} is not a number")
+                raise DataFormatError(f"{source}:{line}: the label {show(tok)} is not a number")
         raise DataFormatError(f"{source}: unreadable labels")  # pragma: no cover - defensive
     bad = ~np.isfinite(values)
     if not options.allow_real_labels:
@@ -552,16 +770,16 @@ def _parse_labels(tokens: list[bytes], lines: list[int], source: str, options: R
         else:
             why = ("is negative (relevance labels are grades from 0; from Python, "
                    "load_letor(..., allow_negative_labels=True) reads negative labels)")
-        raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} {why}")
+        raise DataFormatError(f"{source}:{lines[i]}: the label {show(tokens[i])} {why}")
     if np.any(np.abs(values) >= F32_LIMIT):
         i = int(np.argmax(np.abs(values) >= F32_LIMIT))
-        raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} overflows float32")
+        raise DataFormatError(f"{source}:{lines[i]}: the label {show(tokens[i])} overflows float32")
     if not options.allow_real_labels and np.any(np.abs(values) > F32_EXACT_INT):
         # float32 holds every integer up to 2^24 only: 16777217 would silently become 16777216.
         i = int(np.argmax(np.abs(values) > F32_EXACT_INT))
-        raise DataFormatError(f"{source}:{lines[i]}: the label {_show(tokens[i])} is beyond 2^24 = "
+        raise DataFormatError(f"{source}:{lines[i]}: the label {show(tokens[i])} is beyond 2^24 = "
                               f"{F32_EXACT_INT}, the largest integer label float32 holds exactly")
-    return values.astype(np.float32)
+    return values
 
 
 def _fast_floats(text: bytes, expected: int) -> np.ndarray | None:
@@ -576,13 +794,13 @@ def _fast_floats(text: bytes, expected: int) -> np.ndarray | None:
 
 
 def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], source: str,
-                    options: ReaderOptions, acc: _Rows) -> None:
+                    options: ReaderOptions, acc: Rows) -> np.ndarray:
     """Parse ``index:value`` tokens of one chunk into a dense float32 block (columns = raw index)."""
     n_rows, n_tok = len(counts), len(tokens)
     if n_tok == 0:
-        acc.blocks.append(np.zeros((n_rows, 0), dtype=np.float32))
-        return
+        return np.zeros((n_rows, 0), dtype=np.float32)
     joined = b" ".join(tokens)
+    acc.has_null = acc.has_null or b"NULL" in joined
     if b"NULL" in joined and options.null_value is not None:
         joined = _NULL.sub(b":" + repr(float(options.null_value)).encode(), joined)
     buf = np.frombuffer(joined, dtype=np.uint8)
@@ -605,7 +823,7 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
 
     def fail(mask: np.ndarray, message: str, error: type[DataFormatError] = DataFormatError) -> None:
         t = int(np.argmax(mask))
-        raise error(f"{source}:{lines[rows[t]]}: {message.format(tok=_show(tokens[t]))}")
+        raise error(f"{source}:{lines[rows[t]]}: {message.format(tok=show(tokens[t]))}")
 
     if np.any(index > _MAX_INDEX):
         fail(index > _MAX_INDEX, "feature index too large in {tok}")
@@ -643,7 +861,7 @@ def _parse_features(tokens: list[bytes], counts: list[int], lines: list[int], so
     acc.max_index = max(acc.max_index, width - 1)
     block = np.zeros((n_rows, width), dtype=np.float32)
     block[rows, index] = values
-    acc.blocks.append(block)
+    return block
 
 
 def _locate_token_error(tokens: list[bytes], counts: list[int], lines: list[int], source: str,
@@ -657,146 +875,14 @@ def _locate_token_error(tokens: list[bytes], counts: list[int], lines: list[int]
             if tok.startswith(b"qid:"):
                 raise DataFormatError(f"{where}: 'qid:' must be the second token of the line")
             if not colon or b":" in value:
-                raise DataFormatError(f"{where}: expected <index>:<value>, got {_show(tok)}")
+                raise DataFormatError(f"{where}: expected <index>:<value>, got {show(tok)}")
             if not index.isdigit():
-                raise DataFormatError(f"{where}: the feature index in {_show(tok)} is not a non-negative "
+                raise DataFormatError(f"{where}: the feature index in {show(tok)} is not a non-negative "
                                       "integer")
             if value == b"NULL":
-                raise DataFormatError(f"{where}: NULL (missing) value in {_show(tok)}; pass "
+                raise DataFormatError(f"{where}: NULL (missing) value in {show(tok)}; pass "
                                       "null_value=<number> to fill missing values")
             if not _NUMBER.fullmatch(value):
-                raise DataFormatError(f"{where}: the feature value in {_show(tok)} is not a number")
+                raise DataFormatError(f"{where}: the feature value in {show(tok)} is not a number")
         t += count
     raise DataFormatError(f"{source}: malformed feature tokens")  # pragma: no cover - defensive
-
-
-def _assemble(acc: _Rows, *, source: str, options: ReaderOptions, query_sizes: np.ndarray | None,
-              query_source: str | None) -> Dataset:
-    n_rows = len(acc.lines)
-    lines = np.asarray(acc.lines, dtype=np.int64)
-    # ---- query boundaries
-    if query_sizes is None:
-        missing = [i for i, q in enumerate(acc.qids) if q is None]
-        if missing:
-            raise DataFormatError(f"{source}:{lines[missing[0]]}: missing 'qid:' (expected "
-                                  "'<label> qid:<id> <index>:<value> ...'; for a LightGBM file without qid "
-                                  "put its query sizes in <file>.query beside it, which is read "
-                                  "automatically, or give load_letor(..., query_file=<the .query file>))")
-        per_row = acc.qids
-    else:
-        with_qid = [i for i, q in enumerate(acc.qids) if q is not None]
-        if with_qid:
-            raise DataFormatError(f"{source}:{lines[with_qid[0]]}: has 'qid:' although group sizes were "
-                                  f"given ({query_source}); use one or the other")
-        if int(query_sizes.sum()) != n_rows:
-            raise DataFormatError(f"{query_source}: the group sizes add up to {int(query_sizes.sum())} "
-                                  f"but {source} has {n_rows} data lines")
-        per_row = None
-    if per_row is not None:
-        starts = [0] + [i for i in range(1, n_rows) if per_row[i] != per_row[i - 1]]
-        block_qids = [per_row[s] for s in starts]
-        first_block: dict[bytes, int] = {}
-        regroup_needed = False
-        for b, q in enumerate(block_qids):
-            if q in first_block:
-                if not options.regroup:
-                    earlier = first_block[q]
-                    end = starts[earlier + 1] - 1
-                    raise DataFormatError(
-                        f"{source}:{lines[starts[b]]}: qid {_show(q)} reappears after other queries "
-                        f"(its earlier rows end at line {lines[end]}); rows of one query must be "
-                        "contiguous: sort the file by qid, or pass regroup=True (--regroup of "
-                        "smoothrank predict and evaluate)")
-                regroup_needed = True
-            else:
-                first_block[q] = b
-        qid_order = list(first_block)
-        qids = np.asarray([_qid_text(q, source, int(lines[starts[first_block[q]]])) for q in qid_order],
-                          dtype=np.str_)
-        if regroup_needed:
-            rank = {q: r for r, q in enumerate(qid_order)}
-            row_rank = np.asarray([rank[q] for q in per_row], dtype=np.int64)
-            order = np.argsort(row_rank, kind="stable")
-            sizes = np.bincount(row_rank, minlength=len(qid_order))
-        else:
-            order = None
-            sizes = np.diff(np.asarray([*starts, n_rows], dtype=np.int64))
-    else:
-        order = None
-        sizes = query_sizes
-        qids = np.arange(sizes.shape[0]).astype(np.str_)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    # ---- feature columns
-    zero_based = options.zero_based if options.zero_based != "auto" else acc.first_zero_line is not None
-    first_col = 0 if zero_based else 1
-    inferred = acc.max_index + 1 - first_col if acc.max_index >= 0 else 0
-    if options.n_features is not None:
-        if zero_based and acc.first_limit_line is not None:
-            why = ("zero_based=True" if options.zero_based is True
-                   else f"index 0 occurs on line {acc.first_zero_line}")
-            raise IndexBaseError(f"{source}:{acc.first_limit_line}: feature index {options.n_features} is "
-                                 f"beyond n_features={options.n_features} (indices are zero-based: {why})")
-        width = options.n_features
-    else:
-        width = inferred
-    features = np.zeros((n_rows, width), dtype=np.float32)
-    r = 0
-    while acc.blocks:
-        block = acc.blocks.pop(0)  # free each block as soon as it is copied
-        cols = block[:, first_col:first_col + width]
-        features[r:r + block.shape[0], :cols.shape[1]] = cols
-        r += block.shape[0]
-    labels = np.concatenate(acc.labels)
-    doc_ids = np.asarray(acc.doc_ids, dtype=np.str_)
-    if order is not None:
-        features, labels, doc_ids, lines = features[order], labels[order], doc_ids[order], lines[order]
-    return Dataset(features, labels, qids, doc_ids, offsets, lines, source, first_col)
-
-
-def _arrays(dataset: Dataset) -> dict[str, Any]:
-    return {"features": dataset.features, "labels": dataset.labels, "qids": dataset.qids,
-            "doc_ids": dataset.doc_ids, "offsets": dataset.offsets, "line_numbers": dataset.line_numbers,
-            "index_base": dataset.index_base}
-
-
-def _decode(raw: bytes, source: str, line: int, what: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DataFormatError(f"{source}:{line}: the {what} {raw!r} is not valid UTF-8") from None
-
-
-def _qid_text(raw: bytes, source: str, line: int) -> str:
-    """The qid ``raw`` as text. One holding ':' or non-ASCII whitespace is a qid run into the next token,
-    typically across a non-breaking space, which ``bytes.split`` does not split on (``qid:1\\xa01:1`` is
-    qid '1\\xa01:1' and no features): refused here, where both readers share the check."""
-    text = _decode(raw, source, line, "qid")
-    if b":" not in raw and raw.isascii():
-        return text  # the common case: one scan
-    space = _wide_space(text)
-    if space:
-        why = f"{space}, which does not separate tokens: use an ASCII space or tab"
-    elif b":" in raw:
-        why = "':' (a space missing before a feature?); a qid must not contain ':'"
-    else:
-        return text
-    raise DataFormatError(f"{source}:{line}: the qid {_show(raw, hint=False)} contains {why}")
-
-
-def _wide_space(text: str) -> str:
-    """The name of the first non-ASCII whitespace character in ``text``, or ""."""
-    space = next((c for c in text if c.isspace() and ord(c) > 127), None)
-    if space is None:
-        return ""
-    return ("a non-breaking space (U+00A0, bytes C2 A0)" if space == "\xa0"
-            else f"non-ASCII whitespace (U+{ord(space):04X})")
-
-
-def _show(raw: bytes, *, hint: bool = True) -> str:
-    """``raw`` for an error message; a token run into the next across a non-breaking (or other
-    non-ASCII) space, which does not split tokens, says so (unless ``hint`` is False)."""
-    text = raw.decode("utf-8", "replace")
-    shown = repr(text if len(text) <= 40 else text[:37] + "...")
-    space = _wide_space(text) if hint and not raw.isascii() else ""
-    return f"{shown} (holding {space}, which does not separate tokens: use an ASCII space or tab)" if space \
-        else shown

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from smoothrank.data import store
 from smoothrank.data.dataset import Dataset, check_finite_features
 from smoothrank.errors import SmoothrankError
 
@@ -36,6 +37,15 @@ class Transform:
 # Rows per block of the float64 arithmetic: about 2^16 values (512 KiB), so a transform's memory
 # is its float32 output plus a block, never a float64 copy of the split (PITFALLS 15).
 _BLOCK_VALUES = 1 << 16
+
+
+def _output(features: np.ndarray) -> np.ndarray:
+    """A float32 array for the transform of ``features``: in memory, or, for memory-mapped features (a
+    dataset store entry), a map of an unlinked temporary file (:func:`store.scratch_array`), so that
+    transforming a split larger than memory makes no copy of it in the process's memory."""
+    if isinstance(features, np.memmap):
+        return store.scratch_array(features.shape, np.float32)
+    return np.empty(features.shape, dtype=np.float32)
 
 
 def _row_blocks(n_rows: int, n_cols: int) -> list[slice]:
@@ -85,7 +95,7 @@ class Standardize(Transform):
         _check_width(dataset, self.mean.shape[0], "Standardize")
         check_finite_features(dataset, "Standardize")  # else reported as standardised beyond float32
         x = dataset.features
-        out = np.empty(x.shape, dtype=np.float32)
+        out = _output(x)
         for rows in _row_blocks(*x.shape):
             z = (x[rows].astype(np.float64) - self.mean) / self.std
             with np.errstate(over="ignore"):
@@ -124,13 +134,16 @@ class SignedLog1p(Transform):
 
     def transform(self, dataset: Dataset) -> Dataset:
         check_finite_features(dataset, "SignedLog1p")
-        x = dataset.features.copy()
         cols = slice(None) if self.features is None else self.features
         if self.features is not None and self.features and max(self.features) >= dataset.n_features:
             raise SmoothrankError(f"SignedLog1p: features: column {max(self.features)} is out of range for "
                                   f"{dataset.n_features} features")
-        x[:, cols] = np.sign(x[:, cols]) * np.log1p(np.abs(x[:, cols]))
-        return dataset.with_features(x)
+        out = _output(dataset.features)
+        for rows in _row_blocks(*dataset.features.shape):  # float32 arithmetic, as on the whole array
+            x = np.array(dataset.features[rows])
+            x[:, cols] = np.sign(x[:, cols]) * np.log1p(np.abs(x[:, cols]))
+            out[rows] = x
+        return dataset.with_features(out)
 
     def state_dict(self) -> dict[str, Any]:
         return {"type": "SignedLog1p", "features": self.features}
@@ -154,7 +167,7 @@ class QueryMinMax(Transform):
         span = np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo
         scale = np.where(span > 0, span, 1.0)
         q = dataset.query_of_row()
-        out = np.empty(x.shape, dtype=np.float32)
+        out = _output(x)
         for rows in _row_blocks(*x.shape):
             out[rows] = (x[rows].astype(np.float64) - lo[q[rows]]) / scale[q[rows]]
         return dataset.with_features(out)

@@ -1,4 +1,4 @@
-"""Datasets bundled with the package: LETOR 4.0 MQ2008.
+"""Datasets bundled with the package (LETOR 4.0 MQ2008) and synthetic ones (:mod:`.synthetic`).
 
 The five MQ2008 partitions S1..S5 are shipped once (gzip, about 1.8 MB); Fold1..Fold5
 train/vali/test are assembled on load by concatenating partitions as the official
@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from smoothrank._checks import check_bool
-from smoothrank.data import cache as _cache
+from smoothrank.data.bm25f import is_bm25f_folder, load_bm25f_splits
 from smoothrank.data.dataset import Dataset
-from smoothrank.data.letor import ReaderOptions, cached_dataset, load_letor, parse_letor
+from smoothrank.data.letor import load_letor, load_stored_text
+from smoothrank.datasets.synthetic import SyntheticRanking, make_synthetic, write_synthetic_letor
 from smoothrank.errors import IndexBaseError, SmoothrankError
 
-__all__ = ["DATA_KEYS", "MQ2008_FOLDS", "data_section_problem", "load_mq2008", "load_splits", "mq2008_text"]
+__all__ = ["DATA_KEYS", "MQ2008_FOLDS", "SyntheticRanking", "data_section_problem", "load_mq2008",
+           "load_splits", "make_synthetic", "mq2008_text", "write_synthetic_letor"]
 
 #: SHA-256 of each decompressed partition.
 MQ2008_SHA256 = {
@@ -84,17 +86,10 @@ def load_mq2008(fold: int = 1, split: str = "train", *, path: str | os.PathLike[
         return load_letor(_user_file(Path(path), fold, split), cache=cache)
     source = f"MQ2008 Fold{fold}/{split}.txt (bundled)"
     names = MQ2008_FOLDS[fold][split]
-    key = _cache.cache_key([MQ2008_SHA256[n] for n in names], ReaderOptions().as_dict())
-    use_cache = cache is not False
     text = mq2008_text(fold, split)  # verifies the checksums even when the cache answers
-    if use_cache and (cached := cached_dataset(key, source)) is not None:
-        return cached  # a damaged entry (None) is parsed again and overwritten, as by load_letor
-    dataset = parse_letor(text, source=source)
-    if use_cache:
-        _cache.store_entry(key, {name: getattr(dataset, name) for name in
-                                 ("features", "labels", "qids", "doc_ids", "offsets", "line_numbers",
-                                  "index_base")})
-    return dataset
+    name = f"MQ2008 Fold{fold}/{split} " + "+".join(MQ2008_SHA256[n][:16] for n in names)
+    # a damaged entry is parsed again and replaced, as by load_letor
+    return load_stored_text(name, text, source=source, cache=cache is not False)
 
 
 def _user_file(path: Path, fold: int, split: str) -> Path:
@@ -153,6 +148,10 @@ def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[st
         fold = data["mq2008_fold"]
         return {"train": load_mq2008(fold, "train"), "valid": load_mq2008(fold, "vali"),
                 "test": load_mq2008(fold, "test")}
+    named = {split: data[split] for split in ("train", "valid", "test") if data.get(split) is not None}
+    folders = [split for split, path in named.items() if is_bm25f_folder(path)]
+    if folders:
+        return _bm25f_splits(named, folders)
     splits: dict[str, Dataset] = {}
     n_features = data.get("n_features")
     null_value = check_null_value(data.get("null_value"), "data.null_value")
@@ -181,6 +180,15 @@ def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[st
         if splits["train"].index_base is not None:
             zero_based = splits["train"].index_base == 0
     return splits
+
+
+def _bm25f_splits(named: Mapping[str, Any], folders: list[str]) -> dict[str, Dataset]:
+    """BM25F statistics folders (docs/bm25f.md), every split one, packed alike."""
+    others = [split for split in named if split not in folders]
+    if others:
+        raise SmoothrankError(f"data.{folders[0]} is a BM25F statistics folder but data.{others[0]} is not "
+                              "(every split must be one)")
+    return load_bm25f_splits({split: Path(path) for split, path in named.items()})
 
 
 def _check_exists(path: Path, field: str) -> None:

@@ -5,7 +5,9 @@
 * :mod:`~smoothrank.experiments.gbdt`: LightGBM / XGBoost rankers on :class:`smoothrank.data.Dataset`.
 * :mod:`~smoothrank.experiments.stats`: :func:`paired_ttest`, :func:`mean_std`,
   :func:`fold_mean_standard_error`.
-* :mod:`~smoothrank.experiments.ensemble`: seed ensembles and blends, :func:`combine_scores`.
+* :mod:`~smoothrank.experiments.results`: a finished run's ``result.json`` and ``scores.npz``.
+* :mod:`~smoothrank.experiments.combine`: per-query score normalisation and :func:`combine_scores`.
+* :mod:`~smoothrank.experiments.ensemble`: seed ensembles and blends.
 * :mod:`~smoothrank.experiments.stacking`: learned blends, :func:`fit_blend` / :func:`fit_blend_weights`.
 * :mod:`~smoothrank.experiments.report`: :func:`write_reports` (Markdown, CSV, JSON).
 * :mod:`~smoothrank.experiments.reuse`: :func:`find_reusable` / :func:`apply_reuse`, finished runs of
@@ -14,7 +16,7 @@
 See ``docs/EXPERIMENTS.md``.
 """
 
-from smoothrank.experiments.ensemble import combine_scores
+from smoothrank.experiments.combine import combine_scores
 from smoothrank.experiments.report import summarize, write_reports
 from smoothrank.experiments.runner import ExperimentOutcome, load_results, run_cell, run_experiment
 from smoothrank.experiments.spec import Cell, ExperimentSpec, expand, load_spec, spec_from_dict

@@ -208,7 +208,7 @@ def _aliased_twice(library: str, params: Mapping[str, Any]) -> list[str]:
 def _check_loss_objective(library: str, objective: str, loss_options: dict[str, Any], hessian: str, *,
                           where: str, probe: bool, min_hessian: float | None = None) -> None:
     from smoothrank import losses
-    from smoothrank.boosting import HESSIANS, _check_min_hessian, check_objective
+    from smoothrank.boosting import HESSIANS, check_min_hessian, check_objective
 
     if objective not in losses.available():
         raise ConfigError(f"{where}.objective: expected one of {library}'s objectives "
@@ -218,7 +218,7 @@ def _check_loss_objective(library: str, objective: str, loss_options: dict[str, 
         raise ConfigError(f"{where}.hessian: expected one of {HESSIANS}, got {hessian!r}")
     if min_hessian is not None:
         try:
-            _check_min_hessian(min_hessian)
+            check_min_hessian(min_hessian)
         except SmoothrankError as err:
             raise ConfigError(f"{where}.{err}") from None
     if not probe:

@@ -511,7 +511,7 @@ def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, met
     ``missing``: the runs (and ensembles) of the spec that have no result, each with why (its error,
     or that it was not run). ``summary.md`` then opens with an "Incomplete" section listing them,
     and ``summary.json`` holds them under ``missing`` (``complete`` is false)."""
-    from smoothrank.experiments.runner import write_json
+    from smoothrank.experiments.results import write_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

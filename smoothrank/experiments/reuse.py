@@ -57,7 +57,8 @@ def _selection_twin(cell: Cell) -> Cell:
 
 def _finished_fingerprint(run_dir: Path) -> str | None:
     """The fingerprint of the finished run in ``run_dir`` (None: none, damaged, or unreadable)."""
-    from smoothrank.experiments.runner import RESULT_FILE, read_result
+    from smoothrank.experiments.results import RESULT_FILE
+    from smoothrank.experiments.runner import read_result
 
     try:
         path = run_dir / RESULT_FILE
@@ -110,7 +111,8 @@ def apply_reuse(reuses: Sequence[Reuse], out_dir: str | Path, *,
     ``OUT/.reuse-staging/`` first (emptied here first: what a killed copy left there) and then
     renamed into ``runs/``, so that no reader of ``runs/`` meets a half-copied run. A run that cannot
     be copied is left out with a warning: its cell is run instead. Call it holding the folder lock."""
-    from smoothrank.experiments.runner import CELL_FILE, write_json
+    from smoothrank.experiments.results import write_json
+    from smoothrank.experiments.runner import CELL_FILE
 
     say = log or (lambda _msg: None)
     out = Path(out_dir)

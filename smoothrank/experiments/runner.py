@@ -58,8 +58,8 @@ from typing import Any
 
 import numpy as np
 
-from smoothrank._atomic import strict_json, write_text_atomic
 from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.experiments.results import RESULT_FILE, SCORES_FILE, score_splits, write_json, write_scores
 from smoothrank.experiments.spec import Cell, ExperimentSpec
 
 __all__ = ["PLAN_FILE", "RESULT_FILE", "ExperimentOutcome", "check_out_dir", "load_results", "read_result",
@@ -67,34 +67,10 @@ __all__ = ["PLAN_FILE", "RESULT_FILE", "ExperimentOutcome", "check_out_dir", "lo
 
 CELL_FILE = "cell.json"  # a neural run's identity, written when it starts
 PLAN_FILE = "plan.json"  # the run and ensemble ids of the last experiment written into a folder
-RESULT_FILE = "result.json"
 SPLITS = ("train", "valid", "test")
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON atomically (temporary file in the same folder, then ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Strict JSON has no NaN: a skipped query is written as null.
-    write_text_atomic(path, strict_json(data, indent=1) + "\n")
-
-
 # ------------------------------------------------------------------------------ one run
-def _score_splits(scores: dict[str, np.ndarray], splits: dict[str, Any], *, metrics: Sequence[str],
-                  convention: str) -> dict[str, Any]:
-    from smoothrank.metrics import evaluate_flat, mean_metrics
-
-    out: dict[str, Any] = {"metrics": {}, "per_query": {}}
-    for name, values in scores.items():
-        dataset = splits[name]
-        per_query = evaluate_flat(values, dataset.labels, offsets=dataset.offsets, metrics=list(metrics),
-                                  convention=convention, doc_ids=dataset.doc_ids)
-        out["metrics"][name] = mean_metrics(per_query)
-        if name == "test":
-            out["per_query"] = {"qids": [str(q) for q in dataset.qids],
-                                **{m: [float(v) for v in per_query[m].tolist()] for m in metrics}}
-    return out
-
-
 def _selector(valid: Any, metric: str, convention: str) -> Callable[[np.ndarray], float]:
     """The validation criterion of model selection: mean ``metric`` under ``convention``."""
     from smoothrank.metrics import evaluate_flat, mean_metrics
@@ -141,7 +117,7 @@ def _run_gbdt(cell: Cell, run_dir: Path) -> _Ran:
         return (*_with_refit(scores, {n: refitted.predict(splits[n]) for n in ("train", "test")}, splits,
                              selection, refit, metrics=s["metrics"], convention=s["convention"]), splits)
     save_booster(fitted, run_dir)
-    scored = _score_splits(scores, splits, metrics=s["metrics"], convention=s["convention"])
+    scored = score_splits(scores, splits, metrics=s["metrics"], convention=s["convention"])
     return {**scored, "selection": selection}, scores, splits
 
 
@@ -167,8 +143,8 @@ def _with_refit(selected: dict[str, np.ndarray], refitted: dict[str, np.ndarray]
     validation scores from the selected model (out of sample), and the selected model's own
     training and test metrics under ``refit.without_refit``."""
     scores = {**selected, **refitted}
-    scored = _score_splits(scores, splits, metrics=metrics, convention=convention)
-    before = _score_splits({n: selected[n] for n in refitted}, splits, metrics=metrics, convention=convention)
+    scored = score_splits(scores, splits, metrics=metrics, convention=convention)
+    before = score_splits({n: selected[n] for n in refitted}, splits, metrics=metrics, convention=convention)
     return {**scored, "selection": selection, "refit": {**refit, "without_refit": before["metrics"]}}, scores
 
 
@@ -210,7 +186,7 @@ def _run_neural(cell: Cell, run_dir: Path, *, quiet: bool = True) -> _Ran:
         refit = {"epochs": result.best_epoch, "train_queries": merged.n_queries}
         return (*_with_refit(scores, {n: refitted.score(splits[n]) for n in ("train", "test")}, splits,
                              selection, refit, metrics=metrics, convention=convention), splits)
-    scored = _score_splits(scores, splits, metrics=metrics, convention=convention)
+    scored = score_splits(scores, splits, metrics=metrics, convention=convention)
     return {**scored, "selection": selection}, scores, splits
 
 
@@ -234,8 +210,6 @@ def _write_prediction_files(run_dir: Path, scores: dict[str, np.ndarray], splits
 
 def run_cell(cell: Cell, out_dir: str | Path) -> dict[str, Any]:
     """Run one cell and write ``OUT/runs/<run id>/scores.npz`` then ``result.json``; return the result."""
-    from smoothrank.experiments.ensemble import SCORES_FILE, write_scores
-
     run_dir = Path(out_dir) / "runs" / cell.run_id
     started = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -482,7 +456,7 @@ def check_out_dir(spec: ExperimentSpec, out_dir: str | Path) -> None:
     a neural run still to do asks for a device this machine cannot use (``neural.training.device``:
     every run would fail): checked before anything is written there (``spec.yaml`` included)."""
     from smoothrank.experiments.spec import expand
-    from smoothrank.training.trainer import resolve_device
+    from smoothrank.training.blocks import resolve_device
 
     devices: set[str] = set()
     for cell in expand(spec):
@@ -518,12 +492,12 @@ def _check_interrupted(cell: Cell, run_dir: Path) -> None:
     if stored is not None:
         if stored["fingerprint"] == cell.fingerprint():
             return
-        from smoothrank.training.trainer import config_differences
+        from smoothrank.training.checkpoint import config_differences
 
         changes = "; ".join(config_differences(stored.get("identity"), cell.identity())) or "its fingerprint"
     else:
+        from smoothrank.training.checkpoint import checkpoint_changes
         from smoothrank.training.config import SCHEDULE_OPTIONS, config_from_dict
-        from smoothrank.training.trainer import checkpoint_changes
 
         config = config_from_dict(cell.settings["config"], source=f"run {cell.run_id}", probe_loss=False,
                                   inherited_schedule=SCHEDULE_OPTIONS)

@@ -6,8 +6,8 @@ An equal-weight blend (:mod:`smoothrank.experiments.ensemble`) averages its memb
 .. math:: b_i = \\sum_{m=1}^{M} w_m\\, x^{(m)}_i, \\qquad w_m \\ge 0,
 
 where :math:`x^{(m)}` is member method m's feature: its seed runs combined as a seed ensemble
-(:func:`~smoothrank.experiments.ensemble.combine_scores`), then standardised per query again
-(:func:`~smoothrank.experiments.ensemble.normalize_scores`), so that every feature has the same
+(:func:`~smoothrank.experiments.combine.combine_scores`), then standardised per query again
+(:func:`~smoothrank.experiments.combine.normalize_scores`), so that every feature has the same
 spread whatever its number of seeds. The weights minimise a ranking loss of the project on the
 *validation* split,
 
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from smoothrank.errors import SmoothrankError
+from smoothrank.experiments.combine import check_offsets, combine_scores, normalize_scores, query_index
 
 __all__ = ["BlendFit", "blend_features", "cross_fit_blend", "cross_fit_scores", "fit_blend",
            "fit_blend_weights"]
@@ -72,8 +73,6 @@ def blend_features(method_runs: Sequence[Sequence[Any]], offsets: Any, *,
     Column m is :func:`normalize_scores` of the seed ensemble of method m's runs
     (``method_runs[m]``, one 1-D score array per seed run).
     """
-    from smoothrank.experiments.ensemble import combine_scores, normalize_scores
-
     if not method_runs:
         raise SmoothrankError("method_runs: at least one member method is required")
     columns = []
@@ -87,7 +86,6 @@ def blend_features(method_runs: Sequence[Sequence[Any]], offsets: Any, *,
 
 
 def _check(features: Any, labels: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from smoothrank.experiments.ensemble import _check_offsets
 
     x = np.asarray(features, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
@@ -97,7 +95,7 @@ def _check(features: Any, labels: Any, offsets: Any) -> tuple[np.ndarray, np.nda
         raise SmoothrankError(f"labels: expected shape ({x.shape[0]},), one per feature row, got {y.shape}")
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise SmoothrankError("features/labels: non-finite values")
-    return x, y, _check_offsets(offsets, x.shape[0])
+    return x, y, check_offsets(offsets, x.shape[0])
 
 
 def fit_blend_weights(features: Any, labels: Any, offsets: Any, *, loss: str = "list_net",
@@ -193,8 +191,6 @@ def cross_fit_blend(features: Any, labels: Any, offsets: Any, *, cv: int = 5, lo
                     options: Mapping[str, Any] | None = None, l2: float = 1e-3
                     ) -> tuple[np.ndarray, list[BlendFit]]:
     """:func:`cross_fit_scores` with each part's whole :class:`BlendFit` instead of its weights."""
-    from smoothrank.experiments.ensemble import _query_index
-
     x, y, off = _check(features, labels, offsets)
     n_queries = off.size - 1
     if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
@@ -204,7 +200,7 @@ def cross_fit_blend(features: Any, labels: Any, offsets: Any, *, cv: int = 5, lo
     parts = min(int(cv), n_queries)
     part_of = np.arange(n_queries) % parts
     sizes = np.diff(off)
-    row_part = part_of[_query_index(off)]
+    row_part = part_of[query_index(off)]
     scores = np.empty(x.shape[0])
     fits = []
     for p in range(parts):

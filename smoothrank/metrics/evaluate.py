@@ -75,7 +75,9 @@ def _one(kind: str, k: int | None, conv: Convention, args: tuple, common: dict[s
     return dcg_beta(*args, ties=conv.ties, **common)
 
 
-def _metric_list(metrics: str | Iterable[str]) -> list[str]:
+def metric_list(metrics: str | Iterable[str]) -> list[str]:
+    """Metric names as :func:`evaluate` keys them: stripped, lower case; ``metrics`` may be one
+    comma-separated string. Names are not parsed (:func:`parse_metric` does); none at all is refused."""
     if isinstance(metrics, str):
         metrics = [m for m in metrics.split(",") if m.strip()]
     try:
@@ -162,7 +164,7 @@ def _real_scores_tie(s: Tensor, mask: Tensor | None) -> bool:
 
 def _evaluate(scores: Any, labels: Any, mask: Any, metrics: str | Iterable[str], conv: Convention,
               dtype: torch.dtype) -> dict[str, Tensor]:
-    names = _metric_list(metrics)
+    names = metric_list(metrics)
     parsed = [parse_metric(n) for n in names]
     common = {"mask": mask, "reduction": "none", "dtype": dtype}
     out: dict[str, Tensor] = {}

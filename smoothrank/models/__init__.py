@@ -24,9 +24,11 @@ import torch
 from torch import Tensor, nn
 
 from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.models.bm25f import BM25F
 
 __all__ = [
     "ACTIVATIONS",
+    "BM25F",
     "ContextAwareRanker",
     "LinearScorer",
     "MLPScorer",
@@ -291,9 +293,9 @@ def build_model(spec: Any, n_features: int) -> nn.Module:
         if unknown:
             raise ConfigError(f"model: {kind!r} takes no option(s) {', '.join(unknown)}")
         return builder(n_features, **options)
-    raise ConfigError(f"model.kind: unknown model {kind!r}; expected 'linear', 'mlp' or 'context_aware'")
+    raise ConfigError(f"model.kind: unknown model {kind!r}; expected one of {sorted(_BUILDERS)}")
 
 
 _BUILDERS: dict[str, type[nn.Module]] = {
-    "linear": LinearScorer, "mlp": MLPScorer, "context_aware": ContextAwareRanker,
+    "linear": LinearScorer, "mlp": MLPScorer, "context_aware": ContextAwareRanker, "bm25f": BM25F,
 }

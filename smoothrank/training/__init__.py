@@ -2,7 +2,8 @@
 
 from smoothrank.training.artifact import RankingModel, load_model, save_model
 from smoothrank.training.config import Config, load_config
-from smoothrank.training.trainer import TrainResult, evaluate_model, predict_scores, train
+from smoothrank.training.inference import evaluate_model, predict_scores
+from smoothrank.training.trainer import TrainResult, train
 
 __all__ = [
     "Config",

@@ -20,6 +20,7 @@ from smoothrank import __version__
 from smoothrank.errors import DataFormatError, SmoothrankError
 from smoothrank.models import build_model
 from smoothrank.training._io import atomic_torch_save, load_torch_file
+from smoothrank.training.inference import predict_scores
 
 __all__ = ["FORMAT", "FeatureMismatchError", "RankingModel", "load_model", "save_model"]
 
@@ -65,8 +66,8 @@ class RankingModel:
         return self.transform(dataset)
 
     def score(self, dataset: Any, *, batch_size: int = 256, source: str = "data") -> np.ndarray:
-        from smoothrank.training.trainer import predict_scores
-
+        """One float64 score per row of ``dataset`` (shape ``(n_docs,)``), after :meth:`prepared`
+        (``source`` names the data in a feature-count error)."""
         return predict_scores(self.model, self.prepared(dataset, source=source), batch_size=batch_size)
 
 
@@ -92,7 +93,7 @@ def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: i
 
 def _state_dtype(state: Any) -> torch.dtype:
     """float64 for a state dict whose floating tensors are all float64, else float32: a half-precision
-    file reloads in float32 as before (its weights convert exactly, and scores and features are not
+    file reloads in float32 (its weights convert exactly, and scores and features are not
     rounded to half precision)."""
     kinds = {v.dtype for v in state.values() if isinstance(v, torch.Tensor) and v.is_floating_point()} \
         if isinstance(state, dict) else set()

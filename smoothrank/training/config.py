@@ -128,7 +128,35 @@ class ContextAwareModelConfig(_Section):
         return self
 
 
-ModelConfig = Annotated[LinearModelConfig | MLPModelConfig | ContextAwareModelConfig,
+class BM25FModelConfig(_Section):
+    """Learnable BM25F (:class:`smoothrank.models.BM25F`) on a BM25F statistics folder (docs/bm25f.md)."""
+
+    kind: Literal["bm25f"]
+    fields: Annotated[list[str], Field(min_length=1)]
+    k1: Annotated[_Float, Field(gt=0.0)] = 1.2
+    b: Annotated[_Float, Field(ge=0.0, le=1.0)] | list[Annotated[_Float, Field(ge=0.0, le=1.0)]] | dict[
+        str, Annotated[_Float, Field(ge=0.0, le=1.0)]] = 0.75
+    weights: Annotated[_Float, Field(ge=0.0)] | list[Annotated[_Float, Field(ge=0.0)]] | dict[
+        str, Annotated[_Float, Field(ge=0.0)]] = 1.0
+    query_independent: Annotated[_Int, Field(ge=0)] = 0
+    hidden: Annotated[_Int, Field(ge=1)] | None = None
+    learn: list[Literal["weights", "b", "k1"]] = ["weights", "b", "k1"]
+
+    @model_validator(mode="after")
+    def _values_per_field(self) -> BM25FModelConfig:
+        if len(set(self.fields)) != len(self.fields):
+            raise ValueError(f"fields: expected distinct names, got {self.fields}")
+        for name in ("b", "weights"):
+            value = getattr(self, name)
+            if isinstance(value, list) and len(value) != len(self.fields):
+                raise ValueError(f"{name}: {len(value)} values for {len(self.fields)} fields {self.fields}")
+            if isinstance(value, dict) and set(value) != set(self.fields):
+                raise ValueError(f"{name}: expected one value for each of the fields {self.fields}, "
+                                 f"got {sorted(value)}")
+        return self
+
+
+ModelConfig = Annotated[LinearModelConfig | MLPModelConfig | ContextAwareModelConfig | BM25FModelConfig,
                         Field(discriminator="kind")]
 
 
@@ -223,6 +251,8 @@ class TrainingConfig(_Section):
     num_threads: Annotated[_Int, Field(ge=1)] | None = None
     deterministic: _Bool = True
     device: str = "cpu"
+    precision: Literal["float32", "bfloat16", "float16"] = "float32"
+    distributed_timeout: Annotated[_Float, Field(gt=0.0)] = 600.0
 
 
 class EvaluationConfig(_Section):
@@ -289,7 +319,7 @@ def _error_lines(err: ValidationError) -> list[str]:
     for item in err.errors():
         loc = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-after"))
         # Discriminated unions add the tag to the location: model.mlp.hidden -> model.hidden.
-        for tag in ("linear", "mlp", "context_aware"):
+        for tag in ("linear", "mlp", "context_aware", "bm25f"):
             loc = loc.replace(f"model.{tag}", "model")
         message = item["msg"].removeprefix("Value error, ")  # our validators' own messages
         if item["type"] == "extra_forbidden":
