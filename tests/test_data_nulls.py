@@ -100,3 +100,25 @@ def test_boosters_learn_from_missing_values_and_predict_scores_them(folder, tmp_
     # Without --null-value the NULLs are filled with 0, and the output says so.
     assert main(["predict", str(model), str(folder / "test.txt"), "--out", str(out)]) == 0
     assert "NULL feature value(s)" in capsys.readouterr().err
+
+
+def test_an_epoch_of_few_optimiser_steps_is_warned_of(folder, tmp_path):
+    # 16 training queries at batch 8: 2 steps an epoch (the 64 queries at batch 32).
+    from smoothrank.errors import ShortEpochWarning
+    from smoothrank.training import train
+    from smoothrank.training.config import config_from_dict
+
+    def run(batch_size: int) -> list[str]:
+        config = config_from_dict({"seed": 0, "data": _section(folder, null_value=0),
+                                   "model": {"kind": "linear"}, "loss": {"name": "list_net"},
+                                   "training": {"epochs": 1, "batch_size": batch_size, "list_size": 8},
+                                   "output": {"run_dir": str(tmp_path / f"b{batch_size}")}})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train(config, quiet=True)
+        return [str(w.message) for w in caught if w.category is ShortEpochWarning]
+
+    (message,) = run(8)
+    assert message.startswith("training.batch_size=8: an epoch is 2 optimiser step(s) (16 training queries)")
+    assert "training.batch_size=1 gives 16 steps" in message
+    assert run(2) == []  # 8 steps
