@@ -11,7 +11,8 @@ memory (``RssAnon`` of ``/proc/PID/status``) of the whole process tree every 10 
 - first read: ``load_letor(train, cache=True)`` with an empty cache folder (the conversion);
 - re-open: the same call again, the store filled (its time measured inside the process);
 - parse: ``load_letor(train, cache=False)``, the in-memory parse, of this checkout and, with
-  ``--baseline``, of another checkout (e.g. the main branch), interleaved, ``--rounds`` each;
+  ``--baseline``, of another checkout (e.g. ``git archive <commit> smoothrank | tar -x -C DIR``),
+  interleaved, ``--rounds`` each (the compiled kernel loaded before the clock starts);
 - train: one epoch of ``smoothrank train`` (MLP, ListNet, signed_log1p + standardize, the 50k-document
   validation file), the store filled.
 
@@ -83,7 +84,8 @@ def _python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-_LOAD = ("import time, sys; from smoothrank.data import load_letor; t = time.perf_counter(); "
+_LOAD = ("import time, sys; from smoothrank.data import load_letor, parse_letor; "
+         "parse_letor(b'0 qid:1 1:0.5\\n' * 8000); t = time.perf_counter(); "  # the kernel loaded (compiled)
          "ds = load_letor(sys.argv[1], cache={cache}); "
          "print('SECONDS', time.perf_counter() - t, ds.n_docs, ds.n_features, type(ds.features).__name__)")
 

@@ -7,4 +7,18 @@ conventions), :mod:`smoothrank.gains` (the shared gain/discount vocabulary),
 thin layers on top.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "load_model"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``smoothrank.load_model`` without importing torch at ``import smoothrank``, nor the training
+    # stack (config validation, YAML, progress bars) when loading a model to score with it
+    if name == "load_model":
+        from smoothrank.training.artifact import load_model
+
+        return load_model
+    raise AttributeError(f"module 'smoothrank' has no attribute {name!r}")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from smoothrank import gains as _gains
-from smoothrank.neural_kernels import ideal_dcg, neural_dcg
+from smoothrank._neural_numba import ideal_dcg, neural_dcg
 
 __all__ = ["KERNEL_LOSSES", "flat_gradients", "loss_options"]
 

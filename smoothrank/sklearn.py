@@ -35,61 +35,11 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from smoothrank.errors import ConfigError, SmoothrankError
+from smoothrank.models.scoring import query_order
 
-__all__ = ["SmoothRanker"]
+__all__ = ["SmoothRanker", "query_order"]
 
 _MODEL_KINDS = ("linear", "mlp", "context_aware")
-
-
-def _as_ids(values: Any, n_rows: int, name: str) -> np.ndarray:
-    """``values`` as a 1-D array of ``n_rows`` query ids."""
-    ids = np.asarray(values)
-    if ids.ndim != 1 or ids.shape[0] != n_rows:
-        raise SmoothrankError(f"{name}: expected one query id per row ({n_rows},), got shape {ids.shape}")
-    return ids
-
-
-def query_order(n_rows: int, qid: Any = None, group: Any = None, *, names: tuple[str, str] = ("qid", "group")
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """The row order that makes each query's rows contiguous, and the query number of each sorted row.
-
-    Parameters
-    ----------
-    n_rows : int
-    qid : array-like of shape (n_rows,), optional
-        A query id per row; queries in the order of their first row, rows of a query in input order.
-    group : array-like of int, optional
-        Sizes of consecutive queries (summing to ``n_rows``).
-    names : (str, str)
-        The argument names used in error messages.
-
-    Returns
-    -------
-    order : ndarray of int64, shape (n_rows,)
-        ``rows[order]`` groups the queries.
-    query : ndarray of int64, shape (n_rows,)
-        The 0-based query number of each row of ``rows[order]`` (non-decreasing).
-    """
-    if qid is not None and group is not None:
-        raise SmoothrankError(f"give {names[0]} (a query id per row) or {names[1]} (query sizes), not both")
-    if group is not None:
-        sizes = np.asarray(group)
-        if sizes.ndim != 1 or sizes.dtype.kind not in "iu" or (sizes < 1).any() or sizes.sum() != n_rows:
-            raise SmoothrankError(f"{names[1]}: expected positive integer query sizes summing to the "
-                                  f"{n_rows} rows, got {sizes.tolist()[:10]!r:.120}")
-        return np.arange(n_rows, dtype=np.int64), np.repeat(np.arange(sizes.shape[0]), sizes).astype(np.int64)
-    if qid is None:
-        return np.arange(n_rows, dtype=np.int64), np.zeros(n_rows, dtype=np.int64)
-    ids = _as_ids(qid, n_rows, names[0])
-    try:
-        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    except TypeError as err:  # mixed types that do not compare
-        raise SmoothrankError(f"{names[0]}: query ids must be comparable values ({err})") from None
-    first_row = first[inverse.reshape(-1)]  # each row's query, named by its first row
-    order = np.argsort(first_row, kind="stable").astype(np.int64)
-    sorted_first = first_row[order]
-    query = np.r_[0, np.cumsum(sorted_first[1:] != sorted_first[:-1])].astype(np.int64)
-    return order, query
 
 
 class SmoothRanker(BaseEstimator):
@@ -128,7 +78,8 @@ class SmoothRanker(BaseEstimator):
     random_state : int, RandomState or None
         Seed of the initial weights, the list sampling and dropout; an int makes ``fit`` repeat exactly.
     device : str
-        ``"cpu"``, ``"cuda"``, ...
+        Where ``fit`` trains: ``"cpu"``, ``"cuda"``, ... The fitted ``model_`` is moved to the CPU,
+        where ``predict`` and ``score`` run.
     num_threads : int, optional
         Torch CPU threads during ``fit`` (None: torch's setting).
     run_dir : str or path, optional
@@ -291,7 +242,7 @@ class SmoothRanker(BaseEstimator):
 
     @staticmethod
     def _fitted_transform_state(config: Any, train_set: Any) -> dict[str, Any] | None:
-        from smoothrank.training.trainer import build_transform
+        from smoothrank.training.blocks import build_transform
 
         transform = build_transform(config)
         return None if transform is None else transform.fit(train_set).state_dict()
@@ -318,7 +269,7 @@ class SmoothRanker(BaseEstimator):
         -------
         ndarray of float64, shape (n_rows,)
         """
-        from smoothrank.training import predict_scores
+        from smoothrank.training.inference import predict_scores
 
         dataset, order = self._prepared(X, None, qid)
         scores = np.empty(dataset.n_docs, dtype=np.float64)
@@ -338,7 +289,7 @@ class SmoothRanker(BaseEstimator):
         -------
         float
         """
-        from smoothrank.training import evaluate_model
+        from smoothrank.training.inference import evaluate_model
 
         dataset, _ = self._prepared(X, y, qid)
         metric = f"ndcg@{self.ndcg_k}"

@@ -29,6 +29,9 @@ CASES = [
     ("bench_training.py", ["--rounds", "1", "--reps", "1", "--batch", "4", "--list-size", "8",
                            "--features", "8", "--losses", "list_mle", "--skip-mq2008"],
      ["| model | features | loss | step (ms) | queries / s |", "| context_aware (paper) | 8 | list_mle |"]),
+    ("bench_training.py", ["--rounds", "1", "--reps", "1", "--batch", "2", "--list-size", "6",
+                           "--features", "4", "--losses", "neural_ndcg,neural_ndcg-torch", "--skip-mq2008"],
+     ["| mlp [64, 32] | 4 | neural_ndcg |", "| mlp [64, 32] | 4 | neural_ndcg-torch |"]),
     ("bench_boosting.py", ["--reps", "1", "--rounds-per-fit", "2", "--calls", "1", "--cases",
                            "list_mle,list_net-diag-autograd"],
      ["| objective | hessian | gradients (ms) |", "| lightgbm lambdarank (built in) |",
@@ -48,13 +51,22 @@ CASES = [
     # (0 and 0 on the AMD EPYC development machine, 1.8e-8 and 9.1e-7 on an Intel Xeon with AVX-512)
     ("thread_invariance.py", ["--threads", "2"],
      ["| operation | output | gradients |", "| MLP 128-64, dropout 0.1, 32 lists of 60 |"]),
+    ("bench_serving.py", ["--models", "linear", "--formats", "torchscript", "--reps", "2", "--rounds", "1",
+                          "--cold-runs", "1"],
+     ["| model | path | median ms (rounds) |", "| linear | python api |", "| linear | torchscript |",
+      "| linear | python api | "]),
     ("profile_loss.py", ["--loss", "neural_ndcg", "--options", "temperature=0.5,k=3", "--batch", "4",
                          "--n", "8", "--calls", "1", "--rows", "5"],
      ["Self CPU time total"]),
+    # one process and two (torchrun): two training commands of one epoch each
+    pytest.param("bench_distributed.py", ["--parts", "parity", "--parity-epochs", "1"],
+                 ["| 1 process(es) | 1 |", "| 2 process(es) | 1 |", "same epoch: True"],
+                 marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize(("script", "args", "expected"), CASES, ids=[case[0] for case in CASES])
+@pytest.mark.parametrize(("script", "args", "expected"), CASES,
+                         ids=[(case.values if hasattr(case, "values") else case)[0] for case in CASES])
 def test_benchmark_script_runs(shared_dir, script, args, expected):
     env = {**os.environ, "SMOOTHRANK_SHARED": str(shared_dir), "OMP_WAIT_POLICY": "PASSIVE"}
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO, env=env,
@@ -66,18 +78,26 @@ def test_benchmark_script_runs(shared_dir, script, args, expected):
 
 def test_every_benchmark_script_is_smoke_tested():
     scripts = {path.name for path in (REPO / "benchmarks").glob("*.py") if not path.name.startswith("_")}
-    assert scripts == {case[0] for case in CASES}
+    assert scripts == {(case.values if hasattr(case, "values") else case)[0] for case in CASES}
 
 
 @pytest.mark.parametrize(("script", "args", "fragment"), [
     ("bench_losses.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
     ("bench_losses.py", ["--rounds", "0"], "--rounds: expected a positive integer"),
     ("bench_softrank.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
+    ("bench_serving.py", ["--models", "linear", "--formats", "torchscript", "--reps", "2", "--rounds", "1",
+                          "--cold-runs", "1"],
+     ["| model | path | median ms (rounds) |", "| linear | python api |", "| linear | torchscript |",
+      "| linear | python api | "]),
     ("profile_loss.py", ["--options", "k"], "--options: expected key=value pairs"),
     # counts of 0 ended in ZeroDivisionError or StatisticsError tracebacks (an audit)
     ("bench_io.py", ["--rounds", "0"], "--rounds: expected a positive integer"),
     ("bench_neuralsort_precision.py", ["--rounds", "0", "--sizes", "4x8"], "--rounds: expected a positive"),
     ("bench_neuralsort_precision.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
+    ("bench_serving.py", ["--models", "linear", "--formats", "torchscript", "--reps", "2", "--rounds", "1",
+                          "--cold-runs", "1"],
+     ["| model | path | median ms (rounds) |", "| linear | python api |", "| linear | torchscript |",
+      "| linear | python api | "]),
     ("profile_loss.py", ["--calls", "0", "--batch", "4", "--n", "8"], "--calls: expected a positive integer"),
     ("bench_training.py", ["--reps", "0", "--batch", "4", "--list-size", "8", "--features", "8",
                            "--losses", "list_mle", "--skip-mq2008"], "--reps: expected a positive integer"),

@@ -105,20 +105,20 @@ def test_boosters_learn_from_missing_values_and_predict_scores_them(folder, tmp_
 def test_an_epoch_of_few_optimiser_steps_is_warned_of(folder, tmp_path):
     # 16 training queries at batch 8: 2 steps an epoch (the 64 queries at batch 32).
     from smoothrank.errors import ShortEpochWarning
-    from smoothrank.training import train
-    from smoothrank.training.config import config_from_dict
+    from smoothrank.experiments import run_experiment, spec_from_dict
 
     def run(batch_size: int) -> list[str]:
-        config = config_from_dict({"seed": 0, "data": _section(folder, null_value=0),
-                                   "model": {"kind": "linear"}, "loss": {"name": "list_net"},
-                                   "training": {"epochs": 1, "batch_size": batch_size, "list_size": 8},
-                                   "output": {"run_dir": str(tmp_path / f"b{batch_size}")}})
+        spec = spec_from_dict({"name": "short", "seeds": [0], "datasets": [
+            {"name": "nulls", **_section(folder), "null_value": 0}],
+            "neural": {"training": {"epochs": 1, "batch_size": batch_size, "list_size": 8}},
+            "losses": ["list_net"], "models": [{"label": "linear", "kind": "linear"}]})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            train(config, quiet=True)
+            run_experiment(spec, tmp_path / f"b{batch_size}")
         return [str(w.message) for w in caught if w.category is ShortEpochWarning]
 
     (message,) = run(8)
-    assert message.startswith("training.batch_size=8: an epoch is 2 optimiser step(s) (16 training queries)")
+    assert message.startswith("nulls--files--list_net-linear--seed0: training.batch_size=8: an epoch is 2 "
+                              "optimiser step(s) (16 training queries)")
     assert "training.batch_size=1 gives 16 steps" in message
     assert run(2) == []  # 8 steps

@@ -251,3 +251,48 @@ def test_shards_are_read_as_one_dataset(tmp_path):
     (tmp_path / "bad.txt").write_text("1 qid:1 1:1\n0 qid:1 1:x\n")
     with pytest.raises(SmoothrankError, match=r"bad\.txt:2: the feature value"):
         load_letor([files[0], tmp_path / "bad.txt"], cache=True)
+
+
+def test_parquet_and_arrow_tables(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    from smoothrank.data import load_table
+
+    data = make_synthetic(30, (2, 9), 5, seed=3)
+    columns = {"relevance": data.labels.astype(np.int64), "query": data.query_ids,
+               **{f"f{j}": data.features[:, j] for j in range(5)}, "note": ["x"] * data.labels.shape[0]}
+    table = pa.table(columns)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=37)  # queries across row groups
+    feather.write_feather(table, tmp_path / "t.arrow")
+    expected = data.to_dataset()
+    for name in ("t.parquet", "t.arrow"):
+        for cache in (False, True, True):
+            ds = load_table(tmp_path / name, label="relevance", qid="query", cache=cache)
+            np.testing.assert_array_equal(ds.features, expected.features)
+            np.testing.assert_array_equal(ds.labels, expected.labels)
+            np.testing.assert_array_equal(ds.offsets, expected.offsets)
+            assert ds.qids.tolist() == expected.qids.tolist() and ds.index_base is None
+            assert isinstance(ds.features, np.memmap) == cache
+    picked = load_table(tmp_path / "t.parquet", label="relevance", qid="query", features=["f3", "f1"])
+    np.testing.assert_array_equal(picked.features, expected.features[:, [3, 1]])
+    with pytest.raises(SmoothrankError, match=r"t\.parquet: no column 'label' \(label=\)"):
+        load_table(tmp_path / "t.parquet", qid="query")
+    bad = table.set_column(0, "relevance", pa.array([0.5] + [1] * (len(table) - 1)))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with pytest.raises(SmoothrankError, match=r"bad\.parquet: row 1: label \('relevance'\) 0\.5 is not an"):
+        load_table(tmp_path / "bad.parquet", label="relevance", qid="query")
+    with pytest.raises(SmoothrankError, match=r"column 'note' holds string, not numbers"):
+        load_table(tmp_path / "t.parquet", label="relevance", qid="query", features=["f0", "note"])
+
+
+def test_transforms_of_a_store_are_file_backed_and_equal_in_memory_ones(synthetic):
+    from smoothrank.data.transforms import Compose, QueryMinMax, SignedLog1p, Standardize
+
+    memory, mapped = load_letor(synthetic, cache=False), load_letor(synthetic, cache=True)
+    for steps in ([SignedLog1p(), Standardize()], [QueryMinMax(), SignedLog1p(features=[0, 3])]):
+        expected = Compose(steps).fit(memory).transform(memory)
+        out = Compose(steps).fit(mapped).transform(mapped)
+        assert isinstance(out.features, np.memmap)  # every step: no in-memory copy of the split
+        np.testing.assert_array_equal(out.features, expected.features)

@@ -7,6 +7,7 @@ from smoothrank.data.batching import Batch, evaluation_batches, length_buckets, 
 from smoothrank.data.dataset import Dataset, concat_datasets
 from smoothrank.data.letor import load_letor, parse_letor
 from smoothrank.data.predictions import is_trec_run, read_predictions, read_scores, read_trec_run
+from smoothrank.data.tables import load_table
 from smoothrank.data.writers import write_letor, write_predictions, write_qrels, write_trec_run
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "is_trec_run",
     "length_buckets",
     "load_letor",
+    "load_table",
     "parse_letor",
     "read_predictions",
     "read_scores",

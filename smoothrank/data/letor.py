@@ -200,7 +200,7 @@ def _load_shards(paths: list[Path], options: ReaderOptions, *, query_file: str |
                 "shards": [store.source_identity(p, None) for p in paths], "options": options.as_dict()}
     source = " + ".join(str(p) for p in paths)
     for entry, manifest in store.find(identity):
-        if (dataset := _open_entry(entry, manifest, source)) is not None:
+        if (dataset := open_entry(entry, manifest, source)) is not None:
             store.touch(entry)
             return dataset
         store.remove(entry)
@@ -212,7 +212,7 @@ def _load_shards(paths: list[Path], options: ReaderOptions, *, query_file: str |
                       "in memory", SmoothrankWarning, stacklevel=3)
         return concat_datasets(parts)
     store.evict(keep=entry)
-    dataset = _open_entry(entry, store.read_manifest(entry) or {}, source)
+    dataset = open_entry(entry, store.read_manifest(entry) or {}, source)
     if dataset is None:  # pragma: no cover - just written
         raise SmoothrankError(f"{entry}: the dataset cache entry just written cannot be read back")
     return dataset
@@ -277,8 +277,8 @@ def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify
             if recorded is not None:
                 store.remove(entry)  # same size and time, other bytes
             continue
-        if _serves(manifest.get("parse", {}), options):
-            dataset = _open_entry(entry, manifest, str(path))
+        if serves(manifest.get("parse", {}), options):
+            dataset = open_entry(entry, manifest, str(path))
             if dataset is not None:
                 store.touch(entry)
                 return dataset
@@ -290,7 +290,7 @@ def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify
                 warnings.warn(f"{path} changed while it was read; not cached", SmoothrankWarning,
                               stacklevel=3)
                 return parsed.dataset(str(path))
-            entry = _commit(writer, parsed)
+            entry = commit_entry(writer, parsed)
     except OSError as err:
         if err.filename is not None and os.path.realpath(err.filename) == identity["path"]:
             raise  # about the source itself, not the store
@@ -298,13 +298,13 @@ def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify
                       "into memory", SmoothrankWarning, stacklevel=3)
         return None
     store.evict(keep=entry)
-    dataset = _open_entry(entry, store.read_manifest(entry) or {}, str(path))
+    dataset = open_entry(entry, store.read_manifest(entry) or {}, str(path))
     if dataset is None:  # pragma: no cover - just written
         raise SmoothrankError(f"{entry}: the dataset cache entry just written cannot be read back")
     return dataset
 
 
-def _commit(writer: store.EntryWriter, parsed: Parsed) -> Path:
+def commit_entry(writer: store.EntryWriter, parsed: Parsed) -> Path:
     for name in ("qids", "offsets"):
         writer.array(name, parsed.arrays[name], mmap=False)
     for name in ROW_ARRAYS:
@@ -312,13 +312,15 @@ def _commit(writer: store.EntryWriter, parsed: Parsed) -> Path:
     return writer.commit({"parse": parsed.info})
 
 
-def _open_entry(entry: Path, manifest: dict[str, Any], source: str) -> Dataset | None:
+def open_entry(entry: Path, manifest: dict[str, Any], source: str) -> Dataset | None:
     """The dataset of a store entry (memory maps), or None where it is damaged or inconsistent."""
     arrays = store.open_arrays(entry, manifest)
     if arrays is None:
         return None
     try:
-        return stored_dataset({**arrays, "index_base": manifest["parse"]["index_base"]}, source)
+        info = manifest["parse"]
+        base = None if info.get("table") else info["index_base"]  # a table has no index base
+        return stored_dataset({**arrays, "index_base": base}, source)
     except (SmoothrankError, KeyError, TypeError):
         return None
 
@@ -327,8 +329,8 @@ def _source_digest(path: Path, side: Path | None) -> str:
     return "+".join(store.file_digest(p) for p in (path, side) if p is not None)
 
 
-def _serves(info: dict[str, Any], options: ReaderOptions) -> bool:
-    """Whether an entry whose parse is described by ``info`` (:func:`_rows.assemble`) holds what
+def serves(info: dict[str, Any], options: ReaderOptions) -> bool:
+    """Whether an entry whose parse is described by ``info`` (``_rows.assemble``) holds what
     reading its source with ``options`` gives, and that read would raise no error (which only the
     parser names with its line)."""
     try:
@@ -360,7 +362,7 @@ def load_stored_text(name: str, text: bytes, *, source: str, cache: bool = True)
     identity = {"path": None, "size": None, "mtime_ns": None, "inode": None, "bundled": name, "side": None}
     if cache:
         for entry, manifest in store.find(identity):
-            if (dataset := _open_entry(entry, manifest, source)) is not None:
+            if (dataset := open_entry(entry, manifest, source)) is not None:
                 store.touch(entry)
                 return dataset
             store.remove(entry)

@@ -249,7 +249,11 @@ def _remove_leftovers(folder: Path) -> int:
     for item in folder.iterdir():
         if item.name.startswith(_TMP):
             if not _writer_alive(item.name):
-                shutil.rmtree(item, ignore_errors=True)
+                if item.is_dir():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:  # a scratch file its process did not get to unlink
+                    with contextlib.suppress(OSError):
+                        item.unlink()
                 removed += 1
         elif item.is_dir() and read_manifest(item) is None:
             remove(item)

@@ -12,6 +12,7 @@ from smoothrank.data.dataset import Dataset
 from smoothrank.errors import SmoothrankError
 
 _WHITESPACE = re.compile(r"\s")
+_LINES_PER_WRITE = 1 << 16
 
 
 def _scores_array(scores: object, n: int | None, argument: str = "scores") -> np.ndarray:
@@ -59,7 +60,8 @@ def write_predictions(path: str | os.PathLike[str], scores: object, *,
                                   "the row order")
         array = array[np.argsort(lines, kind="stable")]
     with atomic_writer(path) as handle:
-        handle.write("".join(s + "\n" for s in _format(array)).encode())
+        for start in range(0, array.shape[0], _LINES_PER_WRITE):  # bounded memory for any size
+            handle.write("".join(s + "\n" for s in _format(array[start:start + _LINES_PER_WRITE])).encode())
 
 
 def check_trec_tag(tag: str, what: str = "tag") -> None:

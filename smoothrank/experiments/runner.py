@@ -152,6 +152,7 @@ def _run_neural(cell: Cell, run_dir: Path, *, quiet: bool = True) -> _Ran:
     from smoothrank.datasets import load_splits
     from smoothrank.training import load_model, train
     from smoothrank.training.config import SCHEDULE_OPTIONS, config_from_dict
+    from smoothrank.training.trainer import warn_short_epochs
 
     # probe_loss=False: the spec check probed the loss options already, once for the whole grid, and
     # checked the schedule options knowing which the loss's overrides inherited (SCHEDULE_OPTIONS).
@@ -159,6 +160,7 @@ def _run_neural(cell: Cell, run_dir: Path, *, quiet: bool = True) -> _Ran:
                               inherited_schedule=SCHEDULE_OPTIONS)
     _check_interrupted(cell, run_dir)  # also when called without check_out_dir (the Python API)
     splits = load_splits(cell.settings["config"]["data"])
+    warn_short_epochs(splits["train"].n_queries, config.training.batch_size)
     train_dir = run_dir / "train"
     resume = (train_dir / "checkpoint.pt").is_file()
     if not resume:  # what this run is, before its first checkpoint: a resume is checked against it

@@ -54,14 +54,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from smoothrank._config import NamedItems, StrictModel, problems_error, validation_problems
 from smoothrank._config_types import Bool as _Bool
 from smoothrank._config_types import Float as _Float
 from smoothrank._config_types import Int as _Int
@@ -76,9 +71,8 @@ _LABEL_CHARS = "A-Za-z0-9_.@+-"  # what a method label (a run folder's name) may
 _LABEL = rf"^[A-Za-z0-9][{_LABEL_CHARS}]*$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class _Strict(StrictModel, BaseModel):  # BaseModel named too: ruff (RUF012) knows pydantic models by it
+    """A section of the spec (unknown keys refused, immutable)."""
 
 
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -234,7 +228,7 @@ class GBDTSpec(_Strict):
     options: dict[str, Any] = {}
     hessian: str = "constant"
     # the floor of the diagonal and curvature Hessians (smoothrank.boosting's min_hessian); null: its
-    # default, and no key in the cell's settings, so that older cells keep their fingerprints
+    # default, and no key in the cell's settings (a cell holds only the settings that are set)
     min_hessian: _Float | None = None
     params: dict[str, Any] = {}
     num_boost_round: Annotated[_Int, Field(ge=1)] = 500
@@ -324,7 +318,7 @@ class ExperimentSpec(_Strict):
     num_threads: Annotated[_Int, Field(ge=1)] = 1
     datasets: list[DatasetSpec]
     neural: dict[str, Any] = {}
-    losses: list[LossSpec] = []
+    losses: Annotated[list[LossSpec], NamedItems] = []  # [neural_ndcg]: [{name: neural_ndcg}]
     models: list[ModelSpec] = []
     gbdt: list[GBDTSpec] = []
     # Seed ensembles ``<method>+ens<N>`` of every method (smoothrank.experiments.ensemble); they are
@@ -337,14 +331,6 @@ class ExperimentSpec(_Strict):
     refit: _Bool = False
     # Set by load_spec: the folder relative paths are resolved against (not part of the YAML).
     base_dir: str = "."
-
-    @field_validator("losses", mode="before")
-    @classmethod
-    def _short_losses(cls, value: Any) -> Any:
-        # ``losses: [neural_ndcg, approx_ndcg]`` is the short form of ``[{name: neural_ndcg}, ...]``.
-        if isinstance(value, list):
-            return [{"name": item} if isinstance(item, str) else item for item in value]
-        return value
 
     def loss_methods(self) -> list[LossSpec]:
         """Every loss of the grid, each ``losses`` item's grid expanded (:meth:`LossSpec.variants`)."""
@@ -480,7 +466,7 @@ def neural_config_dict(spec: ExperimentSpec, loss: LossSpec, model: ModelSpec, d
 
 
 def _refit_setting(spec: ExperimentSpec) -> dict[str, Any]:
-    # Only present when on, so that the cells (and fingerprints) of specs without it are unchanged.
+    # Only present when on: a cell (and its fingerprint) holds only the settings that are set.
     return {"refit": True} if spec.refit else {}
 
 
@@ -509,9 +495,8 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
 
 
 def _gbdt_settings(gb: GBDTSpec) -> dict[str, Any]:
-    """A GBDT cell's settings; a library objective's leave out the loss keys, and an unset
-    ``min_hessian`` is left out, so that cells (and fingerprints) are those of the specs written
-    before a loss could be the objective or ``min_hessian`` could be set."""
+    """A GBDT cell's settings: a library objective's leave out the loss keys, and an unset
+    ``min_hessian`` is left out (a cell, and its fingerprint, holds only the settings in use)."""
     from smoothrank.experiments.gbdt import is_loss_objective
 
     loss_keys = {"min_hessian"} if gb.min_hessian is None else set()
@@ -522,17 +507,6 @@ def _gbdt_settings(gb: GBDTSpec) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ validation
-def _pydantic_problems(err: ValidationError) -> list[str]:
-    lines = []
-    for item in err.errors():
-        loc = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = {"extra_forbidden": "unknown key", "missing": "required key missing"}.get(item["type"],
-                                                                                           item["msg"])
-        message = message.removeprefix("Value error, ")  # our validators' own messages
-        lines.append(f"{loc}: {message}")
-    return lines
-
-
 def _without_validation(spec: ExperimentSpec) -> list[tuple[int, DatasetSpec]]:
     """The file datasets with no validation split (the bundled MQ2008 folds all have one)."""
     return [(i, ds) for i, ds in enumerate(spec.datasets) if ds.mq2008_folds is None and ds.valid is None]
@@ -686,7 +660,7 @@ def _loss_problems(loss: LossSpec, where: str) -> list[str]:
     from smoothrank.training.config import check_loss_options
 
     problems = [f"{where}.overrides.{key}: set by the grid, not by a loss override"
-                for key in sorted(set(loss.overrides) & {"data", "model", "loss", "seed", "output"})]
+                for key in sorted(set(loss.overrides) & _GRID_KEYS)]
     problems += _spec_owned_problems(loss.overrides, f"{where}.overrides")
     problems += [f"{where}.model_options.{key}: set by the model, not by a loss"
                  for key in sorted(set(loss.model_options) & {"kind", "label"})]
@@ -713,13 +687,26 @@ def _gbdt_problems(gb: GBDTSpec, where: str) -> list[str]:
 
 
 def _semantic_problems(spec: ExperimentSpec) -> list[str]:
-    from smoothrank import losses as loss_registry
-    from smoothrank.training.config import (
-        check_loss_options,
-        check_metric,
-        config_from_dict,
-        inherited_schedule_options,
-    )
+    """Every problem of a spec that its schema let through, by its focused checkers; a refused grid
+    (its problems reported) may lack methods, so references to methods wait until it is sound."""
+    problems = [*_metric_problems(spec), *_seed_problems(spec), *_dataset_problems(spec),
+                *_grid_shape_problems(spec)]
+    loss_problems, refused_losses = _loss_item_problems(spec)
+    gbdt_problems, refused_gbdt = _gbdt_item_problems(spec)
+    refused_grid = refused_losses or refused_gbdt
+    problems += loss_problems + gbdt_problems + _blend_problems(spec, refused_grid=refused_grid)
+    if spec.refit:
+        problems += _refit_problems(spec)
+    problems += _label_problems(spec, refused_grid=refused_grid)
+    if not problems and spec.losses:
+        problems += _neural_config_problems(spec)
+    return problems
+
+
+def _metric_problems(spec: ExperimentSpec) -> list[str]:
+    """Metrics that cannot be computed under the spec's convention or are listed twice, and a
+    ``select_by`` that is not among them."""
+    from smoothrank.training.config import check_metric
 
     problems: list[str] = []
     for i, name in enumerate(spec.metrics):
@@ -730,11 +717,15 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
     twice = sorted({m for m in spec.metrics if spec.metrics.count(m) > 1})
     if twice:
         problems.append(f"metrics: {twice} listed twice")
-    problems += _seed_problems(spec)
     if spec.select_by not in spec.metrics:
         problems.append(f"select_by: {spec.select_by!r} must be one of metrics {spec.metrics}")
-    if not spec.datasets:
-        problems.append("datasets: at least one dataset is required")
+    return problems
+
+
+def _dataset_problems(spec: ExperimentSpec) -> list[str]:
+    """No dataset, a name used twice, MQ2008 folds beside files or repeated, a file dataset without its
+    training and test files, or a file that does not exist."""
+    problems = [] if spec.datasets else ["datasets: at least one dataset is required"]
     base = Path(spec.base_dir)
     names = [d.name for d in spec.datasets]
     for i, ds in enumerate(spec.datasets):
@@ -746,58 +737,91 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                 problems.append(f"datasets.{i}: mq2008_folds and train/valid/test are exclusive")
             if not ds.mq2008_folds or len(set(ds.mq2008_folds)) != len(ds.mq2008_folds):
                 problems.append(f"datasets.{i}.mq2008_folds: expected distinct folds among 1..5")
-        else:
-            if ds.train is None or ds.test is None:
-                problems.append(f"datasets.{i}: give mq2008_folds, or train and test files (valid optional)")
-            problems += _fold_problems(ds, i, files, base)
+            continue
+        if ds.train is None or ds.test is None:
+            problems.append(f"datasets.{i}: give mq2008_folds, or train and test files (valid optional)")
+        problems += _fold_problems(ds, i, files, base)
+    return problems
+
+
+_GRID_KEYS = {"data", "model", "loss", "seed", "output"}  # training settings that the grid sets
+
+
+def _grid_shape_problems(spec: ExperimentSpec) -> list[str]:
+    """An empty grid, losses without models (or models without losses), and shared ``neural`` settings
+    that the grid or the spec's own keys set."""
+    problems = []
     if not spec.gbdt and not (spec.losses and spec.models):
         problems.append("losses/models/gbdt: the grid is empty (give losses and models, or gbdt baselines)")
     if spec.losses and not spec.models:
         problems.append("models: losses are given but no model to train them with")
     if spec.models and not spec.losses:
         problems.append("losses: models are given but no loss to train them with")
-    for key in sorted(set(spec.neural) & {"data", "model", "loss", "seed", "output"}):
-        problems.append(f"neural.{key}: set by the grid (datasets, models, losses, seeds, --out), "
-                        "not by the shared neural settings")
-    problems += _spec_owned_problems(spec.neural, "neural")
+    problems += [f"neural.{key}: set by the grid (datasets, models, losses, seeds, --out), not by the shared "
+                 "neural settings" for key in sorted(set(spec.neural) & _GRID_KEYS)]
+    return problems + _spec_owned_problems(spec.neural, "neural")
+
+
+def _loss_item_problems(spec: ExperimentSpec) -> tuple[list[str], bool]:
+    """The problems of the ``losses`` items (their models, grids, names, options, and each combination
+    of a sound grid as if written out), and whether a grid was refused."""
+    from smoothrank import losses as loss_registry
+
+    problems: list[str] = []
+    refused_grid = False
     available = set(loss_registry.available())
-    refused_grid = False  # a grid with problems: its methods may be missing from the method list
+    labels = [model.label for model in spec.models]
     for i, item in enumerate(spec.losses):
-        unknown_models = [m for m in item.models or [] if m not in {model.label for model in spec.models}]
+        unknown_models = [m for m in item.models or [] if m not in labels]
         if unknown_models:
             problems.append(f"losses.{i}.models: {unknown_models} not model label(s) of the spec; models: "
-                            f"{[model.label for model in spec.models]}")
+                            f"{labels}")
         elif item.models is not None and not item.models:
             problems.append(f"losses.{i}.models: empty; omit it to train the loss with every model")
         grid_problems = _loss_grid_problems(item, f"losses.{i}")
         refused_grid |= bool(grid_problems)
+        problems += grid_problems
         if item.name not in available:
-            problems += grid_problems
             problems.append(f"losses.{i}.name: unknown loss {item.name!r}; available: {sorted(available)}")
             continue
         own = _loss_problems(item, f"losses.{i}")
-        problems += grid_problems + own
-        # Each combination of a sound grid, checked as if written out; the item's own problems are
-        # reported once, above, not once per combination.
+        problems += own
+        # The item's own problems are reported once, above, not once per combination.
         if item.grid and not grid_problems and not own:
             problems += _combination_problems(f"losses.{i}", [(loss.tag, _loss_problems(loss, f"losses.{i}"))
                                                              for loss in item.variants()])
+    return problems, refused_grid
+
+
+def _gbdt_item_problems(spec: ExperimentSpec) -> tuple[list[str], bool]:
+    """The problems of the ``gbdt`` items (their grids, the item without its grid, and each combination
+    of a sound grid), and whether a grid was refused."""
+    problems: list[str] = []
+    refused_grid = False
     for i, item in enumerate(spec.gbdt):
         grid_problems = _grid_problems(item, f"gbdt.{i}")
         refused_grid |= bool(grid_problems)
-        problems += grid_problems
-        own = _gbdt_problems(item, f"gbdt.{i}")  # the item without its grid
-        problems += own
+        own = _gbdt_problems(item, f"gbdt.{i}")
+        problems += grid_problems + own
         if item.grid and not grid_problems and not own:
             problems += _combination_problems(f"gbdt.{i}", [(gb.tag, _gbdt_problems(gb, f"gbdt.{i}"))
                                                             for gb in item.variants()])
+    return problems, refused_grid
+
+
+def _blend_problems(spec: ExperimentSpec, *, refused_grid: bool) -> list[str]:
+    """Seed ensembles without two seeds, an unknown normalisation, blends of unknown or repeated
+    members, learners that are not used or refuse their options, and learned blends on datasets
+    without a validation split of their own."""
+    from smoothrank import losses as loss_registry
+    from smoothrank.training.config import check_loss_options
+
+    problems = []
     if spec.ensemble and len(set(spec.seeds)) < 2:
         problems.append(f"ensemble: a seed ensemble needs at least 2 distinct seeds, got seeds: {spec.seeds}")
     if spec.ensemble_normalize not in ("zscore", "rank", "none"):
         problems.append(f"ensemble_normalize: expected zscore, rank or none, got {spec.ensemble_normalize!r}")
     methods = spec.method_labels()
-    # A refused grid (its problems are reported above) may not be expanded: the method list can lack
-    # its methods, so references to them (blend members, the baseline) are checked once it is sound.
     for i, blend in enumerate(spec.blends):
         unknown = [m for m in blend.members if m not in methods]
         if unknown and not refused_grid:
@@ -812,7 +836,7 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
             try:
                 check_loss_options(blend.learner.loss, blend.learner.options)
             except ConfigError as err:
-                key = "options" if blend.learner.loss in available else "loss"
+                key = "options" if blend.learner.loss in loss_registry.available() else "loss"
                 problems.append(f"blends.{i}.learner.{key}: {err}")
     if any(b.weights == "learned" for b in spec.blends):
         if _without_validation(spec):
@@ -821,12 +845,17 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
         problems += [f"blends: datasets.{i} ({ds.name}) uses its test file as the validation split; a "
                      "learned blend would fit its weights on the test queries"
                      for i, ds in _valid_is_test(spec)]
-    if spec.refit:
-        problems += _refit_problems(spec)
-    # A grid's labels are built from its keys and values, which are checked above; this is the guard
+    return problems
+
+
+def _label_problems(spec: ExperimentSpec, *, refused_grid: bool) -> list[str]:
+    """Method labels that are not valid run folder names or are used twice, dataset names holding the
+    folder names' separator, and a baseline that is not a method."""
+    methods = spec.method_labels()
+    # A grid's labels are built from its keys and values, which are checked by then; this is the guard
     # that no label (a run folder's name) escapes the pattern whatever made it.
-    problems += [f"losses/gbdt: method label {label!r} is not a valid label (letters, digits, _ . @ + -)"
-                 for label in methods if not re.fullmatch(_LABEL, label)]
+    problems = [f"losses/gbdt: method label {label!r} is not a valid label (letters, digits, _ . @ + -)"
+                for label in methods if not re.fullmatch(_LABEL, label)]
     labels = methods + spec.ensemble_labels() + spec.blend_labels()
     # "--" joins the parts of a run folder's name (dataset--fold--method--seed): inside a part it
     # would let two cells share one folder.
@@ -834,23 +863,28 @@ def _semantic_problems(spec: ExperimentSpec) -> list[str]:
                  for i, ds in enumerate(spec.datasets) if "--" in ds.name]
     problems += [f"losses/gbdt/blends: method label {label!r} holds '--', the separator of run folder names"
                  for label in dict.fromkeys(labels) if "--" in label]
-    for label in sorted({x for x in labels if labels.count(x) > 1}):
-        problems.append(f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)")
+    problems += [f"losses/models/gbdt/blends: method label {label!r} is used twice (set label:)"
+                 for label in sorted({x for x in labels if labels.count(x) > 1})]
     if spec.baseline is not None and spec.baseline not in labels and not refused_grid:
         problems.append(f"baseline: {spec.baseline!r} is not a method of the grid; methods: {labels}")
-    if not problems and spec.losses:
-        # Validate each loss x model training config now, not hours into the grid.
-        ds = spec.datasets[0]
-        fold = ds.fold_list()[0] if ds.fold_list() else None
-        for loss, model in spec.neural_pairs():
-            try:
-                # The loss options were probed above, once per loss.
-                config = neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0])
-                config_from_dict(config, source=f"neural settings of {loss.tag}-{model.label}",
-                                 probe_loss=False,
-                                 inherited_schedule=inherited_schedule_options(spec.neural, loss.overrides))
-            except ConfigError as err:
-                problems.append(str(err).replace("\n", "\n    "))
+    return problems
+
+
+def _neural_config_problems(spec: ExperimentSpec) -> list[str]:
+    """Each loss x model training config validated now, not hours into the grid (on the first dataset,
+    fold and seed; the loss options were probed once per loss already)."""
+    from smoothrank.training.config import config_from_dict, inherited_schedule_options
+
+    problems = []
+    ds = spec.datasets[0]
+    fold = ds.fold_list()[0] if ds.fold_list() else None
+    for loss, model in spec.neural_pairs():
+        try:
+            config = neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0])
+            config_from_dict(config, source=f"neural settings of {loss.tag}-{model.label}", probe_loss=False,
+                             inherited_schedule=inherited_schedule_options(spec.neural, loss.overrides))
+        except ConfigError as err:
+            problems.append(str(err).replace("\n", "\n    "))
     return problems
 
 
@@ -887,7 +921,7 @@ def _validated(data: dict[str, Any], base_dir: str | Path) -> tuple[Any, list[st
         spec = ExperimentSpec.model_validate({**{k: v for k, v in data.items() if k not in unknown},
                                               "base_dir": str(base_dir)})
     except ValidationError as err:
-        return None, problems + _pydantic_problems(err)
+        return None, problems + validation_problems(err)
     return spec, problems + _semantic_problems(spec)
 
 
@@ -897,8 +931,7 @@ def spec_from_dict(data: Any, *, source: str = "spec", base_dir: str | Path = ".
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     spec, problems = _validated(data, base_dir)
     if problems:
-        raise ConfigError(f"{source}: {len(problems)} problem(s) in the experiment spec:\n"
-                          + "\n".join(f"  - {p}" for p in problems))
+        raise problems_error(source, "experiment spec", problems)
     return spec
 
 

@@ -10,8 +10,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from smoothrank import sorting
-from smoothrank._checks import check_bool, check_generator, check_nonnegative, check_positive_int
+from smoothrank import neural_kernels, sorting
+from smoothrank._checks import (
+    check_bool,
+    check_generator,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    within_dtype,
+)
 from smoothrank.losses import _common as C
 
 
@@ -33,9 +40,15 @@ def _smoothed_dcg(scores: Tensor, gains: Tensor, mask: Tensor, disc: Tensor, *, 
                   sinkhorn: bool, transposed: bool, max_iter: int, tol: float) -> Tensor:
     """Per-query ``d^T scale(P-hat) g`` (eq. 5) or ``g^T scale(P-hat^T) d`` (eq. 6), shape (batch,).
 
-    Computed by :func:`smoothrank.sorting.neural_sort_bilinear`, which never keeps a
-    (batch, n, n) tensor alive for the backward pass.
+    Computed on the CPU by the compiled kernel of :mod:`smoothrank.neural_kernels` (each query's
+    matrices in cache, float64 throughout), elsewhere by :func:`smoothrank.sorting.neural_sort_bilinear`;
+    neither keeps a (batch, n, n) tensor alive for the backward pass.
     """
+    if neural_kernels.covers(scores):  # the compiled per-query kernel on the CPU
+        tau = within_dtype(check_positive(temperature, "temperature"), scores.dtype, divides=True)
+        return neural_kernels.neural_dcg_tensor(scores, gains, disc, mask, temperature=tau,
+                                                max_iter=max_iter if sinkhorn else 0, tol=tol,
+                                                transposed=transposed)
     value, _ = sorting.neural_sort_bilinear(scores, disc, gains, mask=mask, temperature=temperature,
                                             sinkhorn=sinkhorn, transposed=transposed, max_iter=max_iter,
                                             tol=tol)

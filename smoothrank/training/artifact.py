@@ -19,6 +19,7 @@ from torch import nn
 from smoothrank import __version__
 from smoothrank.errors import DataFormatError, SmoothrankError
 from smoothrank.models import build_model
+from smoothrank.models.scoring import ScoringModule, score_rows, scoring_module
 from smoothrank.training._io import atomic_torch_save, load_torch_file
 from smoothrank.training.inference import predict_scores
 
@@ -45,6 +46,7 @@ class RankingModel:
     #: The training file's first feature index (0 or 1; None: not recorded, read each file as it
     #: says). ``smoothrank predict`` reads data files with it.
     index_base: int | None = None
+    _scorer: ScoringModule | None = field(default=None, init=False, repr=False, compare=False)
 
     def transform(self, dataset: Any) -> Any:
         """Apply the fitted training-time feature transforms (none: ``dataset`` unchanged)."""
@@ -69,6 +71,41 @@ class RankingModel:
         """One float64 score per row of ``dataset`` (shape ``(n_docs,)``), after :meth:`prepared`
         (``source`` names the data in a feature-count error)."""
         return predict_scores(self.model, self.prepared(dataset, source=source), batch_size=batch_size)
+
+    def scoring_module(self) -> ScoringModule:
+        """The network with the fitted transforms inside, ``(features (B, L, F), mask (B, L)) -> scores``
+        (:func:`smoothrank.models.scoring.scoring_module`; what ``smoothrank export`` writes)."""
+        if self._scorer is None:
+            module = scoring_module(self.model, self.transform_state, self.n_features, with_mask=True)
+            assert isinstance(module, ScoringModule)  # with_mask=True: the module itself, not a wrapper
+            self._scorer = module
+        return self._scorer
+
+    def predict(self, features: Any, *, qid: Any = None, batch_size: int = 256) -> np.ndarray:
+        """Scores of raw feature rows: no labels, no :class:`~smoothrank.data.Dataset`.
+
+        Parameters
+        ----------
+        features : array-like of shape (n_rows, n_features)
+            Raw features (the fitted transforms are applied).
+        qid : array-like of shape (n_rows,), optional
+            The query of each row; rows of a query need not be contiguous. None: all rows are one
+            query (as :meth:`score_query`).
+        batch_size : int
+            Queries per forward pass.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_rows,)
+            One score per row, in input order: those of :meth:`score` (and ``smoothrank predict``)
+            on the same rows grouped by ``qid``, to float32 rounding.
+        """
+        return score_rows(self.scoring_module(), features, qid, n_features=self.n_features,
+                          batch_size=batch_size)
+
+    def score_query(self, features: Any) -> np.ndarray:
+        """Scores of one query's documents: ``features`` (n_docs, n_features) -> (n_docs,) float64."""
+        return self.predict(features)
 
 
 def save_model(path: str | Path, model: nn.Module, *, config: Any, n_features: int,

@@ -15,16 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from smoothrank._config import NamedItems, StrictModel, problems_error, validation_problems
 from smoothrank._config_types import SEED_MAX as SEED_MAX
 from smoothrank._config_types import Bool as _Bool
 from smoothrank._config_types import Float as _Float
@@ -45,14 +38,13 @@ __all__ = [
 ]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
+class _Section(StrictModel, BaseModel):  # BaseModel named too: ruff (RUF012) knows pydantic models by it
+    """A section of the configuration (unknown keys refused, immutable)."""
 
 
 class DataConfig(_Section):
-    """Where the splits come from: LETOR files, or the bundled MQ2008 fold (``mq2008_fold``)."""
+    """Where the splits come from: LETOR files (or BM25F statistics folders, docs/bm25f.md), or the
+    bundled MQ2008 fold (``mq2008_fold``)."""
 
     train: str | None = None
     valid: str | None = None
@@ -158,6 +150,7 @@ class BM25FModelConfig(_Section):
 
 ModelConfig = Annotated[LinearModelConfig | MLPModelConfig | ContextAwareModelConfig | BM25FModelConfig,
                         Field(discriminator="kind")]
+_MODEL_KINDS = ("linear", "mlp", "context_aware", "bm25f")
 
 
 class LossConfig(_Section):
@@ -288,7 +281,7 @@ class Config(_Section):
 
     seed: _Seed = 0
     data: DataConfig
-    transforms: list[TransformConfig] = []
+    transforms: Annotated[list[TransformConfig], NamedItems] = []  # [standardize]: [{name: standardize}]
     model: ModelConfig = MLPModelConfig(kind="mlp")
     loss: LossConfig = LossConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
@@ -305,31 +298,18 @@ class Config(_Section):
             return {"kind": "mlp", **value}
         return value
 
-    @field_validator("transforms", mode="before")
-    @classmethod
-    def _transform_names(cls, value: Any) -> Any:
-        # Allow the short form ``transforms: [standardize]``.
-        if isinstance(value, list):
-            return [{"name": item} if isinstance(item, str) else item for item in value]
-        return value
+    @model_validator(mode="after")
+    def _bm25f_fields_are_the_data_fields(self) -> Config:
+        # Fields named in another order than the statistics' would train (the counts agree) and
+        # export each field's parameters under another field's name.
+        if isinstance(self.model, BM25FModelConfig) and self.data.train is not None:
+            from smoothrank.data.bm25f import folder_fields
 
-
-def _error_lines(err: ValidationError) -> list[str]:
-    lines = []
-    for item in err.errors():
-        loc = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-after"))
-        # Discriminated unions add the tag to the location: model.mlp.hidden -> model.hidden.
-        for tag in ("linear", "mlp", "context_aware", "bm25f"):
-            loc = loc.replace(f"model.{tag}", "model")
-        message = item["msg"].removeprefix("Value error, ")  # our validators' own messages
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif item["type"] == "missing":
-            message = "required key missing"
-        lines.append(f"  - {loc or '(top level)'}: {message}"
-                     + (f" (got {item['input']!r})" if item["type"] not in ("missing", "extra_forbidden")
-                        and not isinstance(item.get("input"), dict) else ""))
-    return lines
+            fields = folder_fields(self.data.train)
+            if fields is not None and list(fields) != list(self.model.fields):
+                raise ValueError(f"model.fields {self.model.fields}, but the statistics of data.train "
+                                 f"({self.data.train}) have the fields {list(fields)}, in this order")
+        return self
 
 
 # Errors of a loss or metric refusing an option value (SmoothrankError is a ValueError).
@@ -394,17 +374,17 @@ def _loss_problems(data: dict[str, Any], *, probe: bool = True) -> list[str]:
 
     available = losses.available()
     if name not in available:
-        return [f"  - loss.name: unknown loss {name!r}; available: {', '.join(sorted(available))}"]
+        return [f"loss.name: unknown loss {name!r}; available: {', '.join(sorted(available))}"]
     known = losses.options(name)
     unknown = sorted(set(options) - set(known))
     if unknown:
-        return [f"  - loss.options: unknown option(s) {', '.join(unknown)} for loss {name!r}; "
+        return [f"loss.options: unknown option(s) {', '.join(unknown)} for loss {name!r}; "
                 f"it takes {', '.join(sorted(known)) or 'no options'}"]
     if probe:
         try:
             check_loss_options(name, options)
         except ConfigError as err:
-            return [f"  - loss.options: {err}"]
+            return [f"loss.options: {err}"]
     return []
 
 
@@ -425,7 +405,7 @@ def _metric_problems(data: dict[str, Any]) -> list[str]:
             try:
                 check_metric(name, convention)
             except ConfigError as err:
-                problems.append(f"  - {key}: {err}")
+                problems.append(f"{key}: {err}")
     return problems
 
 
@@ -447,10 +427,9 @@ def config_from_dict(data: Any, *, source: str = "config", probe_loss: bool = Tr
     try:
         config = Config.model_validate(data, context={"inherited_schedule": frozenset(inherited_schedule)})
     except ValidationError as err:
-        problems = _error_lines(err) + problems
+        problems = validation_problems(err, show_input=True, tagged_unions={"model": _MODEL_KINDS}) + problems
     if problems:
-        header = f"{source}: {len(problems)} problem(s) in the configuration:"
-        raise ConfigError("\n".join([header, *problems]))
+        raise problems_error(source, "configuration", problems)
     assert config is not None
     return config
 

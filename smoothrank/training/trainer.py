@@ -267,7 +267,6 @@ def _check_data(splits: Mapping[str, Any], config: Config, *, custom_loss: bool)
                       "constant and the model does not learn (only a pointwise loss such as rmse does)",
                       TrainingWarning, stacklevel=3)
     _check_gains(splits, config, custom_loss=custom_loss)
-    _warn_short_epochs(splits["train"].n_queries, config.training.batch_size)
     if "valid" not in splits and config.training.early_stopping_patience is not None:
         warnings.warn("training.early_stopping_patience: there is no validation split (data.valid) to stop "
                       "on, so every epoch runs and the last one is kept", TrainingWarning, stacklevel=3)
@@ -285,11 +284,12 @@ FEW_STEPS = 5
 SUGGESTED_STEPS = 10
 
 
-def _warn_short_epochs(n_queries: int, batch_size: int) -> None:
-    """Warn when an epoch is fewer than :data:`FEW_STEPS` optimiser steps. The defaults are left
-    as they are, so that results stay comparable (batch 64 on MQ2008's 471 training queries a fold
-    is 8 steps, the specs' 32 is 15: no warning); the warning names a batch size that gives about
-    :data:`SUGGESTED_STEPS` steps."""
+def warn_short_epochs(n_queries: int, batch_size: int, *, stacklevel: int = 2) -> None:
+    """Warn (:class:`ShortEpochWarning`) when an epoch of ``n_queries`` training queries at
+    ``batch_size`` is fewer than :data:`FEW_STEPS` optimiser steps; the experiment runner calls it
+    for every neural run. The defaults are left as they are, so that results stay comparable
+    (batch 64 on MQ2008's 471 training queries a fold is 8 steps, the specs' 32 is 15: no
+    warning); the warning names a batch size that gives about :data:`SUGGESTED_STEPS` steps."""
     steps = math.ceil(n_queries / batch_size) if n_queries else 0
     if 0 < steps < FEW_STEPS:
         suggest = max(1, n_queries // SUGGESTED_STEPS)
@@ -297,7 +297,7 @@ def _warn_short_epochs(n_queries: int, batch_size: int) -> None:
                       f"({n_queries} training queries), so the epoch selected on validation is a coarse, "
                       f"partly chance choice; training.batch_size={suggest} gives "
                       f"{math.ceil(n_queries / suggest)} steps an epoch (give more epochs to train as long)",
-                      ShortEpochWarning, stacklevel=4)
+                      ShortEpochWarning, stacklevel=stacklevel + 1)
 
 
 def _labels_vary(dataset: Any) -> np.ndarray:
