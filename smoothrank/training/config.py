@@ -51,6 +51,15 @@ class DataConfig(_Section):
     test: str | None = None
     mq2008_fold: Annotated[_Int, Field(ge=1, le=5)] | None = None
     n_features: Annotated[_Int, Field(ge=1)] | None = None
+    # LETOR 3.0's NULL features: a fill number (default 0.0, with a note), or "nan" (GBDT only).
+    null_value: float | str | None = None
+
+    @field_validator("null_value", mode="after")
+    @classmethod
+    def _null_value(cls, value: Any) -> Any:
+        from smoothrank.data.missing import check_null_value
+
+        return check_null_value(value, "null_value")
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
