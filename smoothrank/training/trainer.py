@@ -482,7 +482,7 @@ def _training_step(run: _Run, state: LoopState, batch: Any, epoch: int, step: in
             if run.group is None:
                 value = logged = run.loss(scores, batch.labels.to(run.device), mask=mask)
             else:
-                value, logged = _global_mean(run, scores, batch.labels.to(run.device), mask)
+                value, logged = _global_mean(run.loss, run.group, scores, batch.labels.to(run.device), mask)
     except SmoothrankError:
         # The losses refuse non-finite scores; if that is why, say when and why. Checked
         # only here, so that the training step itself pays nothing for it.
@@ -511,7 +511,8 @@ def _training_step(run: _Run, state: LoopState, batch: Any, epoch: int, step: in
     return float(logged.detach())
 
 
-def _global_mean(run: _Run, scores: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def _global_mean(loss: Callable[..., Tensor], group: Group, scores: Tensor, labels: Tensor, mask: Tensor
+                 ) -> tuple[Tensor, Tensor]:
     """This process's share of the global batch's loss, scaled so that DistributedDataParallel's
     average of the processes' gradients is the gradient of the mean over the global batch's
     informative queries (what ``reduction="mean"`` gives one process); and that mean, for the log.
@@ -528,12 +529,12 @@ def _global_mean(run: _Run, scores: Tensor, labels: Tensor, mask: Tensor) -> tup
         n_local = torch.zeros((), device=scores.device)
     else:
         dtype = scores.dtype if scores.dtype in (torch.float32, torch.float64) else torch.float32
-        n_local = losses.informative_queries(run.loss, labels, mask=mask, dtype=dtype).sum()
-        local = run.loss(scores, labels, mask=mask, reduction="sum")
+        n_local = losses.informative_queries(loss, labels, mask=mask, dtype=dtype).sum()
+        local = loss(scores, labels, mask=mask, reduction="sum")
     totals = torch.stack([n_local.double(), local.detach().double()])
     torch.distributed.all_reduce(totals)
     n = totals[0].clamp_min(1)
-    return local * (run.group.world_size / n).to(local.dtype), totals[1] / n
+    return local * (group.world_size / n).to(local.dtype), totals[1] / n
 
 
 def _diverged(config: Config, what: str, epoch: int, step: int) -> str:
