@@ -11,7 +11,9 @@ an Adam step. The Context-Aware Ranker runs at the NeuralNDCG paper's configurat
 46 features and MSLR-WEB's 136. Inputs are random with 20% of the positions padded (anywhere in a
 row), labels 0..4. The figure is the median over rounds of ``batch / step time``, after warm-up.
 Models and losses alternate inside each round so that a load spike hits them alike; the load
-average (``uptime``) is printed with the table.
+average (``uptime``) is printed with the table. A loss named with ``-torch`` (``neural_ndcg-torch``)
+runs NeuralNDCG's PyTorch path (``smoothrank.neural_kernels.USE_KERNELS = False``) where the plain
+name runs its compiled CPU kernel, in the same run.
 
 A second table trains the paper's Context-Aware Ranker for whole epochs on the real MQ2008 Fold1
 training split (471 queries, median list 8 documents, longest 121) with the paper's 64 x 240
@@ -31,7 +33,7 @@ import time
 import torch
 from _args import positive_int, set_threads
 
-from smoothrank import losses
+from smoothrank import losses, neural_kernels
 from smoothrank.data import training_batches
 from smoothrank.datasets import load_mq2008
 from smoothrank.models import build_model, score_in_length_groups
@@ -49,6 +51,22 @@ def make_batch(batch: int, list_size: int, n_features: int, device: str, seed: i
     labels = torch.randint(0, 5, (batch, list_size), generator=gen).float()
     mask = torch.rand(batch, list_size, generator=gen) > 0.2
     return features.to(device), labels.to(device), mask.to(device)
+
+
+def loss_function(name: str):
+    """The loss ``name``; ``<name>-torch``: the loss on NeuralNDCG's PyTorch path (no compiled kernel)."""
+    if not name.endswith("-torch"):
+        return losses.get(name)
+    fn = losses.get(name.removesuffix("-torch"))
+
+    def pytorch_path(scores, labels, *, mask=None):
+        neural_kernels.USE_KERNELS = False
+        try:
+            return fn(scores, labels, mask=mask)
+        finally:
+            neural_kernels.USE_KERNELS = True
+
+    return pytorch_path
 
 
 def step_seconds(model, loss_fn, optimizer, features, labels, mask, reps: int) -> float:
@@ -131,7 +149,7 @@ def main() -> None:
             model = build_model(dict(spec), n_features).to(args.device).train()
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
             for loss_name in args.losses.split(","):
-                cases.append(((model_name, n_features, loss_name), model, losses.get(loss_name),
+                cases.append(((model_name, n_features, loss_name), model, loss_function(loss_name),
                               optimizer, batch))
     times: dict[tuple, list[float]] = {key: [] for key, *_ in cases}
     for _ in range(args.rounds):

@@ -56,8 +56,12 @@ Three adapters wrap :func:`boosting_gradients` in the calling convention each li
 * :func:`xgboost_objective` for ``xgboost.train(params, dtrain, obj=fn)`` (``XGBRanker`` refuses
   callable objectives), reading the query boundaries from the ``DMatrix``'s ``qid``/``group``.
 
-Everything is computed with PyTorch in ``dtype`` (float64 by default) on ``device`` (the CPU by
-default), a batch of similar-length queries at a time, and handed back as float64 NumPy arrays.
+``lambda_rank`` (every Hessian), ``list_net`` (every Hessian), ``neural_ndcg`` and
+``neural_ndcg_transposed`` (constant and curvature Hessians; not stochastic) in float64 on the CPU
+(the defaults) are computed by compiled per-query kernels on the flat, query-grouped arrays
+(:mod:`smoothrank.boosting_kernels`), equal to the PyTorch code's results to float64 round-off.
+Everything else is computed with PyTorch in ``dtype`` on ``device``, a batch of similar-length
+queries at a time. Both hand back float64 NumPy arrays.
 """
 
 from __future__ import annotations

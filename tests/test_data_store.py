@@ -285,3 +285,14 @@ def test_parquet_and_arrow_tables(tmp_path):
         load_table(tmp_path / "bad.parquet", label="relevance", qid="query")
     with pytest.raises(SmoothrankError, match=r"column 'note' holds string, not numbers"):
         load_table(tmp_path / "t.parquet", label="relevance", qid="query", features=["f0", "note"])
+
+
+def test_transforms_of_a_store_are_file_backed_and_equal_in_memory_ones(synthetic):
+    from smoothrank.data.transforms import Compose, QueryMinMax, SignedLog1p, Standardize
+
+    memory, mapped = load_letor(synthetic, cache=False), load_letor(synthetic, cache=True)
+    for steps in ([SignedLog1p(), Standardize()], [QueryMinMax(), SignedLog1p(features=[0, 3])]):
+        expected = Compose(steps).fit(memory).transform(memory)
+        out = Compose(steps).fit(mapped).transform(mapped)
+        assert isinstance(out.features, np.memmap)  # every step: no in-memory copy of the split
+        np.testing.assert_array_equal(out.features, expected.features)

@@ -75,7 +75,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     from smoothrank.data.bm25f import read_bm25f
     from smoothrank.models import BM25F
-    from smoothrank.training.trainer import evaluate_model
+    from smoothrank.training.inference import evaluate_model
 
     data = read_bm25f(args.stats)
     dataset = data.to_dataset()

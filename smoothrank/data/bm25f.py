@@ -30,8 +30,8 @@ import numpy as np
 from smoothrank.data.dataset import Dataset
 from smoothrank.errors import DataFormatError
 
-__all__ = ["HEADER", "BM25FData", "is_bm25f_folder", "load_bm25f", "load_bm25f_splits", "packed_width",
-           "read_bm25f", "read_qrels"]
+__all__ = ["HEADER", "BM25FData", "folder_fields", "is_bm25f_folder", "load_bm25f", "load_bm25f_splits",
+           "packed_width", "read_bm25f", "read_qrels"]
 
 #: Columns at the start of every packed row: number of fields, of query terms, of query-independent features.
 HEADER = 3
@@ -49,6 +49,17 @@ def packed_width(n_fields: int, n_terms: int, n_query_independent: int = 0) -> i
 def is_bm25f_folder(path: str | Path) -> bool:
     """True if ``path`` is a folder holding a BM25F statistics ``fields.tsv``."""
     return Path(path).is_dir() and (Path(path) / "fields.tsv").is_file()
+
+
+def folder_fields(path: str | Path) -> tuple[str, ...] | None:
+    """The field names of a statistics folder's ``fields.tsv``, in order; None when ``path`` is not
+    a statistics folder or its ``fields.tsv`` cannot be read (the reader reports why)."""
+    if not is_bm25f_folder(path):
+        return None
+    try:
+        return tuple(_read_fields(Path(path)))
+    except (DataFormatError, OSError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ def data_section_problem(data: Mapping[str, Any]) -> str | None:
 
 def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
     """The ``train``/``valid``/``test`` datasets of a config's ``data`` section: the bundled MQ2008
-    fold ``mq2008_fold``, or the LETOR files ``train`` (required), ``valid`` and ``test``.
+    fold ``mq2008_fold``, or the LETOR files ``train`` (required), ``valid`` and ``test``, or BM25F
+    statistics folders in their place (all of them; ``docs/bm25f.md``), packed alike.
 
     The training file fixes the feature count of the others (a sparse file may stop at a lower
     index), from ``n_features`` when given, and whether their indices start at 0 or 1 (its
@@ -144,6 +145,9 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
     named = {split: data[split] for split in ("train", "valid", "test") if data.get(split) is not None}
     folders = [split for split, path in named.items() if is_bm25f_folder(path)]
     if folders:
+        if data.get("n_features") is not None:
+            raise SmoothrankError("data.n_features: BM25F statistics folders fix their own width; "
+                                  "leave it out")
         return _bm25f_splits(named, folders)
     splits: dict[str, Dataset] = {}
     n_features = data.get("n_features")

@@ -45,9 +45,9 @@ __all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "compared_dataset
            "method_runs", "on_dataset",
            "published_baselines", "published_comparison", "stored_metrics", "summarize", "write_reports"]
 
-# New columns go last, so readers of older files (by column name or by position) keep working;
-# ``convention`` (the metric convention, e.g. letor4, the same on every row) is absent from older files,
-# ``se`` (standard error over test queries of a test row's mean; empty on other splits) too.
+# Columns are only ever appended, so that a reader by position reads any summary.csv; a file may end
+# before ``convention`` (the metric convention, e.g. letor4, the same on every row) or ``se`` (standard
+# error over test queries of a test row's mean; empty on other splits).
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
                "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted", "convention",
                "se")
@@ -206,7 +206,7 @@ def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: 
         raise SmoothrankError(f"{method_a} and {method_b} have no common test queries (dataset, fold, "
                               "query id): their runs were not tested on the same data")
     # Within a fold both were tested on, the same data has the same queries: a partial overlap is
-    # other test files whose query ids happen to meet (folds one of them lacks are left out as before).
+    # other test files whose query ids happen to meet (folds one of them lacks are left out).
     shared = {q[:2] for q in queries_a} & {q[:2] for q in queries_b}
     only_a = [q for q in queries_a - queries_b if q[:2] in shared]
     only_b = [q for q in queries_b - queries_a if q[:2] in shared]
@@ -470,8 +470,8 @@ def _convergence_note(fits: Sequence[dict[str, Any]]) -> str:
 
 
 def _fit_summaries(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every L-BFGS-B fit of a learned blend's folds (the full fit and the cross-fits); results
-    written before convergence was recorded give none."""
+    """Every L-BFGS-B fit of a learned blend's folds (the full fit and the cross-fits); a result that
+    records no convergence gives none."""
     out: list[dict[str, Any]] = []
     for r in runs:
         ens = r["ensemble"]

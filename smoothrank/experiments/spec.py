@@ -202,7 +202,7 @@ class GBDTSpec(_Strict):
     options: dict[str, Any] = {}
     hessian: str = "constant"
     # the floor of the diagonal and curvature Hessians (smoothrank.boosting's min_hessian); null: its
-    # default, and no key in the cell's settings, so that older cells keep their fingerprints
+    # default, and no key in the cell's settings (a cell holds only the settings that are set)
     min_hessian: _Float | None = None
     params: dict[str, Any] = {}
     num_boost_round: Annotated[_Int, Field(ge=1)] = 500
@@ -438,7 +438,7 @@ def neural_config_dict(spec: ExperimentSpec, loss: LossSpec, model: ModelSpec, d
 
 
 def _refit_setting(spec: ExperimentSpec) -> dict[str, Any]:
-    # Only present when on, so that the cells (and fingerprints) of specs without it are unchanged.
+    # Only present when on: a cell (and its fingerprint) holds only the settings that are set.
     return {"refit": True} if spec.refit else {}
 
 
@@ -468,9 +468,8 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
 
 
 def _gbdt_settings(gb: GBDTSpec) -> dict[str, Any]:
-    """A GBDT cell's settings; a library objective's leave out the loss keys, and an unset
-    ``min_hessian`` is left out, so that cells (and fingerprints) are those of the specs written
-    before a loss could be the objective or ``min_hessian`` could be set."""
+    """A GBDT cell's settings: a library objective's leave out the loss keys, and an unset
+    ``min_hessian`` is left out (a cell, and its fingerprint, holds only the settings in use)."""
     from smoothrank.experiments.gbdt import is_loss_objective
 
     loss_keys = {"min_hessian"} if gb.min_hessian is None else set()

@@ -43,7 +43,8 @@ class _Section(StrictModel, BaseModel):  # BaseModel named too: ruff (RUF012) kn
 
 
 class DataConfig(_Section):
-    """Where the splits come from: LETOR files, or the bundled MQ2008 fold (``mq2008_fold``)."""
+    """Where the splits come from: LETOR files (or BM25F statistics folders, docs/bm25f.md), or the
+    bundled MQ2008 fold (``mq2008_fold``)."""
 
     train: str | None = None
     valid: str | None = None
@@ -287,6 +288,19 @@ class Config(_Section):
         if isinstance(value, dict) and "kind" not in value:
             return {"kind": "mlp", **value}
         return value
+
+    @model_validator(mode="after")
+    def _bm25f_fields_are_the_data_fields(self) -> Config:
+        # Fields named in another order than the statistics' would train (the counts agree) and
+        # export each field's parameters under another field's name.
+        if isinstance(self.model, BM25FModelConfig) and self.data.train is not None:
+            from smoothrank.data.bm25f import folder_fields
+
+            fields = folder_fields(self.data.train)
+            if fields is not None and list(fields) != list(self.model.fields):
+                raise ValueError(f"model.fields {self.model.fields}, but the statistics of data.train "
+                                 f"({self.data.train}) have the fields {list(fields)}, in this order")
+        return self
 
 
 # Errors of a loss or metric refusing an option value (SmoothrankError is a ValueError).
