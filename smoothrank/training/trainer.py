@@ -471,14 +471,19 @@ def _train_epoch(run: _Run, state: LoopState, epoch: int, progress: _Progress) -
 def _training_step(run: _Run, state: LoopState, batch: Any, epoch: int, step: int) -> float:
     """One optimiser step on ``batch``; the loss before it."""
     config, model = run.config, state.model
-    mask = batch.mask.to(run.device)
+    features, mask = batch.features.to(run.device), batch.mask.to(run.device)
+    if state.scorer is not None and features.shape[0] == 0:
+        # An empty share of a short last batch: one list of one zero document stands in (a model may
+        # not take a batch of no lists), scored for the gradients' all-reduce, its loss zero.
+        features = torch.zeros((1, *features.shape[1:]), device=run.device)
+        mask = torch.zeros((1, features.shape[1]), dtype=torch.bool, device=run.device)
+        mask[0, 0] = True
     try:
         with autocast(config.training.precision, run.device):
             if state.scorer is not None:
-                scores = state.scorer(batch.features.to(run.device), mask)
+                scores = state.scorer(features, mask)
             else:
-                scores = score_in_length_groups(model, batch.features.to(run.device), mask,
-                                                groups=config.training.length_groups)
+                scores = score_in_length_groups(model, features, mask, groups=config.training.length_groups)
             if run.group is None:
                 value = logged = run.loss(scores, batch.labels.to(run.device), mask=mask)
             else:
@@ -524,7 +529,7 @@ def _global_mean(loss: Callable[..., Tensor], group: Group, scores: Tensor, labe
     """
     from smoothrank import losses
 
-    if scores.shape[0] == 0:
+    if labels.shape[0] == 0:  # the stand-in of an empty share
         local = scores.float().sum() * 0.0
         n_local = torch.zeros((), device=scores.device)
     else:
