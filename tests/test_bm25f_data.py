@@ -140,6 +140,12 @@ def test_bad_documents_are_errors_naming_the_line(corpus, line, message):
         _stats(corpus)
 
 
+def test_builder_refuses_a_field_empty_everywhere(corpus):
+    with pytest.raises(DataFormatError, match=r"field\(s\) \['anchor'\] empty in every document"):
+        build_statistics(corpus / "docs.jsonl", corpus / "train.tsv", corpus / "qrels.txt", corpus / "stats",
+                         fields=["title", "anchor"])
+
+
 def test_builder_refuses_repeated_ids_and_judged_documents_missing_from_the_collection(corpus):
     docs = (corpus / "docs.jsonl").read_text()
     (corpus / "docs.jsonl").write_text(docs + json.dumps(DOCS[0]) + "\n")
