@@ -62,6 +62,8 @@ def _onnx_bytes(module: torch.nn.Module, args: tuple[torch.Tensor, ...], with_ma
         warnings.simplefilter("ignore")  # the exporter's notes on torchvision ops and axis names
         program = torch.onnx.export(module, args, input_names=names, output_names=["scores"],
                                     dynamic_shapes=_dynamic_shapes(with_mask), dynamo=True, verbose=False)
+    if program is None:
+        raise ExportError("torch.onnx.export returned no program")
     buffer = io.BytesIO()
     onnx.save(program.model_proto, buffer)
     return buffer.getvalue()

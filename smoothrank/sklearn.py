@@ -78,7 +78,8 @@ class SmoothRanker(BaseEstimator):
     random_state : int, RandomState or None
         Seed of the initial weights, the list sampling and dropout; an int makes ``fit`` repeat exactly.
     device : str
-        ``"cpu"``, ``"cuda"``, ...
+        Where ``fit`` trains: ``"cpu"``, ``"cuda"``, ... The fitted ``model_`` is moved to the CPU,
+        where ``predict`` and ``score`` run.
     num_threads : int, optional
         Torch CPU threads during ``fit`` (None: torch's setting).
     run_dir : str or path, optional

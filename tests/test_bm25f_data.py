@@ -8,12 +8,15 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from smoothrank.cli import main
 from smoothrank.data.bm25f import load_bm25f, packed_width, read_bm25f
 from smoothrank.data.bm25f_builder import build_statistics, tokenize
 from smoothrank.datasets import load_splits
-from smoothrank.errors import DataFormatError, SmoothrankError
+from smoothrank.errors import ConfigError, DataFormatError, SmoothrankError
+from smoothrank.models import BM25F
+from smoothrank.training.config import config_from_dict
 
 DOCS = [
     {"id": "d1", "title": "Learning to Rank", "body": "ranking with smooth metrics; learning"},
@@ -137,6 +140,12 @@ def test_bad_documents_are_errors_naming_the_line(corpus, line, message):
         _stats(corpus)
 
 
+def test_builder_refuses_a_field_empty_everywhere(corpus):
+    with pytest.raises(DataFormatError, match=r"field\(s\) \['anchor'\] empty in every document"):
+        build_statistics(corpus / "docs.jsonl", corpus / "train.tsv", corpus / "qrels.txt", corpus / "stats",
+                         fields=["title", "anchor"])
+
+
 def test_builder_refuses_repeated_ids_and_judged_documents_missing_from_the_collection(corpus):
     docs = (corpus / "docs.jsonl").read_text()
     (corpus / "docs.jsonl").write_text(docs + json.dumps(DOCS[0]) + "\n")
@@ -162,6 +171,10 @@ def test_command_line_build_train_export_evaluate(corpus, tmp_path, capsys, monk
         "evaluation: {metrics: [ndcg@3], select_by: ndcg@3, convention: trec}\n"
         "output: {run_dir: run}\n")
     assert main(["train", "config.yaml", "--quiet"]) == 0
+    # NeuralNDCG trains it too (the loss of the NeuralNDCG paper; soft_ndcg is the SoftRank paper's)
+    assert main(["train", "config.yaml", "--quiet", "loss.name=neural_ndcg", "loss.options={}",
+                 "output.run_dir=run_neural", "training.epochs=1"]) == 0
+    assert (tmp_path / "run_neural" / "model.pt").is_file()
     assert main(["bm25f", "export", "run", "--out", "engine"]) == 0
     params = json.loads((tmp_path / "engine" / "bm25f_params.json").read_text())
     assert set(params["fields"]) == {"title", "body"} and params["k1"] > 0
@@ -180,3 +193,29 @@ def test_command_line_build_train_export_evaluate(corpus, tmp_path, capsys, monk
                                                .replace("\ttitle\t", "\theading\t"))
     assert main(["bm25f", "evaluate", "other", "--params", "engine/bm25f_params.json"]) == 2
     assert "--params: fields ['body', 'title'], but other has ['heading', 'body']" in capsys.readouterr().err
+
+
+def test_query_independent_features_are_read_and_scored(corpus):
+    stats = _stats(corpus)
+    rows = "".join(f"d{i}\t0.{i}\n" for i in range(1, 6))
+    (stats / "doc_features.tsv").write_text("docid\tpagerank\n" + rows)
+    data = read_bm25f(stats)
+    assert data.feature_names == ("pagerank",)
+    np.testing.assert_allclose(data.doc_features[1][:, 0], [0.2, 0.4, 0.5])  # q2: d2, d4, d5
+    dataset = data.to_dataset()
+    assert dataset.n_features == packed_width(2, 3, 1)
+    model = BM25F(dataset.n_features, fields=data.fields, query_independent=1, hidden=3)
+    scores = model(torch.as_tensor(dataset.features[None, :3]))
+    assert scores.shape == (1, 3) and torch.isfinite(scores).all()
+    (stats / "doc_features.tsv").write_text("docid\tpagerank\nd1\t0.1\n")
+    with pytest.raises(DataFormatError, match=r"qrels.txt:2: document 'd2' has no line in doc_features.tsv"):
+        read_bm25f(stats)
+
+
+def test_config_refuses_model_fields_in_another_order_than_the_statistics(corpus):
+    stats = _stats(corpus)
+    good = {"data": {"train": str(stats)}, "model": {"kind": "bm25f", "fields": ["title", "body"]}}
+    assert config_from_dict(good).model.fields == ["title", "body"]
+    swapped = {**good, "model": {"kind": "bm25f", "fields": ["body", "title"]}}
+    with pytest.raises(ConfigError, match=r"model.fields \['body', 'title'\], but the statistics of data"):
+        config_from_dict(swapped)

@@ -181,6 +181,17 @@ def test_cli_export_writes_what_predict_scores(tmp_path, mq2008, capsys):
     assert main(["export", str(artifact), "--format", "torchscript", "--out", str(tmp_path / "m.ts")]) == 0
     assert "inputs: features, mask" in capsys.readouterr().err
     _check_parity(artifact, tmp_path / "m.ts", "torchscript", test, with_mask=True)
+    # `smoothrank predict` itself, on the same queries as a LETOR file: the exported graph's scores
+    from smoothrank.data import read_predictions, write_letor
+
+    write_letor(tmp_path / "test.txt", test)
+    assert main(["predict", str(artifact), str(tmp_path / "test.txt"), "--out", str(tmp_path / "p")]) == 0
+    predicted = read_predictions(tmp_path / "p", expected=test.n_docs)
+    module = torch.jit.load(str(tmp_path / "m.ts"))
+    for features, mask, rows in _padded(test):
+        with torch.no_grad():
+            scores = module(features, mask).numpy()
+        np.testing.assert_allclose(scores[rows >= 0], predicted[rows[rows >= 0]], rtol=0, atol=1e-5)
     assert main(["export", str(artifact), "--out", str(artifact)]) != 0  # the input itself
     assert "is the MODEL file" in capsys.readouterr().err
     assert main(["export", str(artifact), "--out", str(tmp_path / "no" / "m.onnx")]) != 0
@@ -244,6 +255,12 @@ def test_array_scoring_refuses_bad_input_naming_it(exports, mq2008):
         loaded.score_query(bad)
     with pytest.raises(SmoothrankError, match=r"qid: expected one query id per row \(3,\)"):
         loaded.predict(np.zeros((3, width)), qid=[1, 2])
+    huge = np.zeros((4, width))
+    huge[2, 20] = 3e38  # finite float32, beyond it once standardised
+    for qid in (None, [7, 8, 7, 8]):
+        with pytest.raises(SmoothrankError, match=r"features\[2, 20\] \(3e\+38\) is inf after the fitted "
+                                                  r"Standardize transform"):
+            loaded.predict(huge, qid=qid)
 
 
 def test_loading_and_scoring_import_only_what_scoring_needs(exports):

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 from smoothrank.cli import CLIError
+from smoothrank.errors import SmoothrankWarning
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -75,7 +77,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     from smoothrank.data.bm25f import read_bm25f
     from smoothrank.models import BM25F
-    from smoothrank.training.trainer import evaluate_model
+    from smoothrank.training.inference import evaluate_model
 
     data = read_bm25f(args.stats)
     dataset = data.to_dataset()
@@ -111,6 +113,10 @@ def run_export(args: argparse.Namespace) -> int:
     if not isinstance(loaded.model, BM25F):
         kind = loaded.config.get("model", {}).get("kind")
         raise CLIError(f"{path}: not a BM25F model (model.kind {kind!r})")
+    if loaded.model.combine is not None:
+        warnings.warn(f"{path}: the model combines the BM25F score with {loaded.model.query_independent} "
+                      "query-independent feature(s) in a net; the files hold the BM25F parameters only",
+                      SmoothrankWarning, stacklevel=1)
     params = loaded.model.parameters_dict()
     files = write_parameters(params, args.out)
     print(json.dumps(params, indent=2))

@@ -30,8 +30,8 @@ import numpy as np
 from smoothrank.data.dataset import Dataset
 from smoothrank.errors import DataFormatError
 
-__all__ = ["HEADER", "BM25FData", "is_bm25f_folder", "load_bm25f", "load_bm25f_splits", "packed_width",
-           "read_bm25f", "read_qrels"]
+__all__ = ["HEADER", "BM25FData", "folder_fields", "is_bm25f_folder", "load_bm25f", "load_bm25f_splits",
+           "packed_width", "read_bm25f", "read_qrels"]
 
 #: Columns at the start of every packed row: number of fields, of query terms, of query-independent features.
 HEADER = 3
@@ -49,6 +49,17 @@ def packed_width(n_fields: int, n_terms: int, n_query_independent: int = 0) -> i
 def is_bm25f_folder(path: str | Path) -> bool:
     """True if ``path`` is a folder holding a BM25F statistics ``fields.tsv``."""
     return Path(path).is_dir() and (Path(path) / "fields.tsv").is_file()
+
+
+def folder_fields(path: str | Path) -> tuple[str, ...] | None:
+    """The field names of a statistics folder's ``fields.tsv``, in order; None when ``path`` is not
+    a statistics folder or its ``fields.tsv`` cannot be read (the reader reports why)."""
+    if not is_bm25f_folder(path):
+        return None
+    try:
+        return tuple(_read_fields(Path(path)))
+    except (DataFormatError, OSError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -213,7 +224,7 @@ def _read_lengths(folder: Path, fields: Mapping[str, float]) -> dict[str, dict[s
 
 
 def _read_idf(folder: Path) -> tuple[dict[str, float], str]:
-    """term -> idf, and the file it came from."""
+    """Term -> idf, and the file it came from."""
     idf_path, df_path, n_path = folder / "idf.tsv", folder / "df.tsv", folder / "n_docs.txt"
     if idf_path.is_file() and df_path.is_file():
         raise DataFormatError(f"{folder}: both idf.tsv and df.tsv; give one")
@@ -267,7 +278,7 @@ def _read_doc_features(folder: Path) -> tuple[tuple[str, ...], dict[str, np.ndar
 def _read_tf(path: Path, qrels: Mapping[str, Mapping[str, tuple[float, int]]], fields: Mapping[str, float],
              lengths: Mapping[str, Mapping[str, float]], idf: Mapping[str, float], idf_source: str
              ) -> dict[str, dict[tuple[str, str, str], float]]:
-    """qid -> (docid, term, field) -> tf, every row checked against the other files."""
+    """Qid -> (docid, term, field) -> tf, every row checked against the other files."""
     table: dict[str, dict[tuple[str, str, str], float]] = {}
     seen: dict[tuple[str, str, str, str], str] = {}
     for where, (qid, docid, term, field, text) in _columns(path, ("qid", "docid", "term", "field", "tf")):

@@ -127,6 +127,9 @@ def _collection(documents: str | Path, fields: Sequence[str] | None, terms: set[
             counts[docid] = {name: Counter(toks) for name, toks in tokens.items()}
     if n_docs == 0:
         raise DataFormatError(f"{documents}: no document")
+    empty = [f for f in names if total[f] == 0]
+    if empty:
+        raise DataFormatError(f"{documents}: field(s) {empty} empty in every document (no average length)")
     return {"n_docs": n_docs, "fields": names, "avg": {f: total[f] / n_docs for f in names}, "df": df,
             "counts": counts}
 

@@ -149,7 +149,8 @@ class Dataset:
 
     def with_features(self, new_features: np.ndarray) -> Dataset:
         """The same queries with ``new_features`` (n_docs rows, any number of columns)."""
-        new_features = np.asarray(new_features)
+        if not isinstance(new_features, np.ndarray):  # a memory map stays one
+            new_features = np.asarray(new_features)
         if new_features.ndim != 2 or new_features.shape[0] != self.n_docs:
             raise SmoothrankError(f"with_features: new_features must have shape ({self.n_docs}, F), "
                                   f"got {new_features.shape}")

@@ -7,6 +7,7 @@ Each transform has ``fit(dataset) -> self``, ``transform(dataset) -> Dataset`` a
 
 from __future__ import annotations
 
+import mmap
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -43,9 +44,18 @@ def _output(features: np.ndarray) -> np.ndarray:
     """A float32 array for the transform of ``features``: in memory, or, for memory-mapped features (a
     dataset store entry), a map of an unlinked temporary file (:func:`store.scratch_array`), so that
     transforming a split larger than memory makes no copy of it in the process's memory."""
-    if isinstance(features, np.memmap):
+    if _file_backed(features):
         return store.scratch_array(features.shape, np.float32)
     return np.empty(features.shape, dtype=np.float32)
+
+
+def _file_backed(array: np.ndarray) -> bool:
+    """Whether ``array`` is (a view of) a memory map of a file."""
+    while array is not None:
+        if isinstance(array, np.memmap) or isinstance(array, mmap.mmap):
+            return True
+        array = getattr(array, "base", None)
+    return False
 
 
 def _row_blocks(n_rows: int, n_cols: int) -> list[slice]:

@@ -144,10 +144,10 @@ def member_scores(cell: Cell, out_dir: str | Path, splits: Mapping[str, Any],
                   result: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The per-split scores of a finished run.
 
-    Read from ``OUT/runs/<run id>/scores.npz``. A run finished by an older smoothrank has none: a
-    neural run is re-scored from its saved model (``train/model.pt``), checked against its stored
-    test metrics, and the scores are saved; a GBDT run keeps no model, so that is an error asking
-    to delete the run folder (the next invocation redoes the run).
+    Read from ``OUT/runs/<run id>/scores.npz``. A finished run without that file: a neural run is
+    re-scored from its saved model (``train/model.pt``), checked against its stored test metrics, and
+    the scores are saved; a GBDT run keeps no model, so that is an error asking to delete the run
+    folder (the next invocation redoes the run).
     """
     run_dir = Path(out_dir) / "runs" / cell.run_id
     path = run_dir / SCORES_FILE
@@ -261,7 +261,7 @@ def build_ensemble(plan: EnsemblePlan, out_dir: str | Path, results: Mapping[str
         "members": [[c.run_id, c.fingerprint(), _digest(s)]
                     for c, s in zip(plan.members, members, strict=True)],
     }
-    if plan.weights is not None:  # absent for seed ensembles, so their stored fingerprints stay valid
+    if plan.weights is not None:  # absent for seed ensembles: an identity holds only what is set
         identity["weights"] = list(plan.weights)
     if plan.learner is not None:  # absent for equal-weight blends, likewise
         identity["learner"] = dict(plan.learner)

@@ -24,7 +24,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,9 @@ __all__ = ["CSV_COLUMNS", "TARGET_METRICS", "compare_methods", "compared_dataset
            "method_runs", "on_dataset",
            "published_baselines", "published_comparison", "stored_metrics", "summarize", "write_reports"]
 
-# New columns go last, so readers of older files (by column name or by position) keep working;
-# ``convention`` (the metric convention, e.g. letor4, the same on every row) is absent from older files,
-# ``se`` (standard error over test queries of a test row's mean; empty on other splits) too.
+# Columns are only ever appended, so that a reader by position reads any summary.csv; a file may end
+# before ``convention`` (the metric convention, e.g. letor4, the same on every row) or ``se`` (standard
+# error over test queries of a test row's mean; empty on other splits).
 CSV_COLUMNS = ("dataset", "method", "kind", "split", "metric", "mean", "std", "n_folds", "n_runs",
                "baseline", "p_value", "t_statistic", "n_queries", "significant", "p_adjusted", "convention",
                "se")
@@ -206,7 +206,7 @@ def compare_methods(results: Sequence[dict[str, Any]], method_a: str, method_b: 
         raise SmoothrankError(f"{method_a} and {method_b} have no common test queries (dataset, fold, "
                               "query id): their runs were not tested on the same data")
     # Within a fold both were tested on, the same data has the same queries: a partial overlap is
-    # other test files whose query ids happen to meet (folds one of them lacks are left out as before).
+    # other test files whose query ids happen to meet (folds one of them lacks are left out).
     shared = {q[:2] for q in queries_a} & {q[:2] for q in queries_b}
     only_a = [q for q in queries_a - queries_b if q[:2] in shared]
     only_b = [q for q in queries_b - queries_a if q[:2] in shared]
@@ -470,8 +470,8 @@ def _convergence_note(fits: Sequence[dict[str, Any]]) -> str:
 
 
 def _fit_summaries(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every L-BFGS-B fit of a learned blend's folds (the full fit and the cross-fits); results
-    written before convergence was recorded give none."""
+    """Every L-BFGS-B fit of a learned blend's folds (the full fit and the cross-fits); a result that
+    records no convergence gives none."""
     out: list[dict[str, Any]] = []
     for r in runs:
         ens = r["ensemble"]
@@ -497,22 +497,44 @@ def format_csv(rows: Sequence[dict[str, Any]], *, convention: str) -> str:
     return buffer.getvalue()
 
 
+#: The summary files :func:`write_reports` writes into an output folder.
+SUMMARY_FILES = ("summary.md", "summary.csv", "summary.json")
+
+
 def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, metrics: Sequence[str],
                   title: str, convention: str, baseline: str | None = None, alpha: float = 0.05,
                   command: str | None = None, select_by: str | None = None,
-                  correction: str = "none") -> list[dict[str, Any]]:
-    """Write ``summary.md``, ``summary.csv`` and ``summary.json`` into ``out_dir``; return the rows."""
+                  correction: str = "none", missing: Mapping[str, str] | None = None
+                  ) -> list[dict[str, Any]]:
+    """Write ``summary.md``, ``summary.csv`` and ``summary.json`` into ``out_dir``; return the rows.
+
+    ``missing``: the runs (and ensembles) of the spec that have no result, each with why (its error,
+    or that it was not run). ``summary.md`` then opens with an "Incomplete" section listing them,
+    and ``summary.json`` holds them under ``missing`` (``complete`` is false)."""
     from smoothrank.experiments.results import write_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    missing = dict(missing or {})
     rows = summarize(results, metrics=metrics, baseline=baseline, alpha=alpha, correction=correction)
     refit = any("refit" in r for r in results)
     markdown = format_markdown(rows, metrics=metrics, title=title, convention=convention,
                                baseline=baseline, alpha=alpha, command=command, select_by=select_by,
                                refit=refit, correction=correction)
-    write_text_atomic(out / "summary.md", markdown)
+    write_text_atomic(out / "summary.md", _with_missing(markdown, missing))
     write_text_atomic(out / "summary.csv", format_csv(rows, convention=convention))
     write_json(out / "summary.json", {"title": title, "convention": convention, "baseline": baseline,
-                                      "alpha": alpha, "correction": correction, "rows": rows})
+                                      "alpha": alpha, "correction": correction, "complete": not missing,
+                                      "missing": missing, "rows": rows})
     return rows
+
+
+def _with_missing(markdown: str, missing: Mapping[str, str]) -> str:
+    """``markdown`` with an "Incomplete" section after its title listing the missing runs."""
+    if not missing:
+        return markdown
+    title, _, rest = markdown.partition("\n")
+    lines = [title, "", f"## Incomplete: {len(missing)} run(s) of the spec have no result", "",
+             "The tables below leave them out; run the command again to retry them.", ""]
+    lines += [f"- `{run_id}`: {' '.join(why.split())}" for run_id, why in missing.items()]
+    return "\n".join(lines) + "\n" + rest

@@ -34,7 +34,7 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_scores(path: str | Path, scores: Mapping[str, Any]) -> None:
     """Write ``{split: scores}`` as an ``.npz`` of float64 arrays, atomically."""
-    arrays = {name: np.asarray(values, dtype=np.float64) for name, values in scores.items()}
+    arrays: dict[str, Any] = {name: np.asarray(values, dtype=np.float64) for name, values in scores.items()}
     with atomic_writer(path) as handle:
         np.savez(handle, **arrays)
 

@@ -14,7 +14,8 @@ Lucene-based engines do not score this module's BM25F directly:
   takes one similarity for every field (one ``k1``, one ``b``) and normalises by the weighted sum
   of the field lengths; per-field ``b`` cannot be given, so the snippet uses the mean ``b``. Since
   scaling every ``w_f`` and ``k1`` by one factor leaves BM25F unchanged, the boosts are scaled so
-  that the smallest is 1 (``combined_fields`` refuses boosts below 1) and ``k1`` with them.
+  that the smallest is 1 (no boost below 1, which term-frequency weights may not be in some engines)
+  and ``k1`` with them.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ __all__ = ["ScoringModule", "needs_mask", "query_order", "score_rows", "scoring_
 
 
 class _Standardize(nn.Module):
+    mean: Tensor
+    std: Tensor
+
     def __init__(self, mean: Any, std: Any) -> None:
         super().__init__()
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float64))
@@ -38,6 +41,8 @@ class _Standardize(nn.Module):
 
 
 class _SignedLog1p(nn.Module):
+    columns: Tensor
+
     def __init__(self, columns: list[int] | None, n_features: int) -> None:
         super().__init__()
         chosen = torch.ones(n_features, dtype=torch.bool)
@@ -105,8 +110,11 @@ def needs_mask(network: nn.Module, transform_state: dict[str, Any] | None) -> bo
 class ScoringModule(nn.Module):
     """``(features (B, L, F) float32, mask (B, L) bool or None) -> scores (B, L) float32``.
 
-    The fitted transforms, then the network, in evaluation mode. Without a mask every slot is real.
+    The fitted transforms, then the network, in evaluation mode. Without a mask every slot is real
+    (and the Context-Aware Ranker attends without a padding mask).
     """
+
+    transforms: nn.ModuleList
 
     def __init__(self, network: nn.Module, transforms: nn.ModuleList, n_features: int) -> None:
         super().__init__()
@@ -118,6 +126,7 @@ class ScoringModule(nn.Module):
         self.n_features = n_features
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        padded = mask is not None
         if mask is None:
             mask = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
         x = features.float()
@@ -125,14 +134,17 @@ class ScoringModule(nn.Module):
             x = step(x, mask)
         network = self.network
         if isinstance(network, ContextAwareRanker):
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
-            attend = mask | ~mask.any(dim=1, keepdim=True)
-            hidden = network.encoder(network.input(x), src_key_padding_mask=~attend)
+            if padded:
+                x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+                attend = mask | ~mask.any(dim=1, keepdim=True)
+                hidden = network.encoder(network.input(x), src_key_padding_mask=~attend)
+            else:  # every slot real: attention without a padding mask (the same weights)
+                hidden = network.encoder(network.input(x))
             scores = network.output(hidden).squeeze(-1)
         else:
             flat = x.reshape(-1, self.n_features)
             scores = network.net(flat).reshape(features.shape[0], features.shape[1])
-        return scores.masked_fill(~mask, 0.0)
+        return scores.masked_fill(~mask, 0.0) if padded else scores
 
 
 class _FeaturesOnly(nn.Module):
@@ -243,7 +255,7 @@ def _checked_features(features: Any, n_features: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features: int,
+def score_rows(module: ScoringModule, features: Any, qid: Any = None, *, n_features: int,
                batch_size: int = 256) -> np.ndarray:
     """Score rows of raw features with a :class:`ScoringModule` taking ``(features, mask)``.
 
@@ -263,6 +275,12 @@ def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features:
         One score per row, in input order.
     """
     x = _checked_features(features, n_features)
+    if qid is None and x.shape[0] > 0:  # one query: no grouping, no padding
+        batch, mask = torch.from_numpy(x)[None], torch.ones((1, x.shape[0]), dtype=torch.bool)
+        scores = module(batch)[0].double().numpy()
+        if not np.isfinite(scores).all():
+            _refuse(module, batch, mask, np.arange(x.shape[0])[None], x)
+        return scores
     order, query = query_order(x.shape[0], qid)
     n_queries = int(query[-1]) + 1 if query.size else 0
     starts = np.searchsorted(query, np.arange(n_queries + 1))
@@ -279,8 +297,27 @@ def score_rows(module: nn.Module, features: Any, qid: Any = None, *, n_features:
         mask[q, pos] = True
         out = module(batch, mask)[q, pos].double().numpy()
         if not np.isfinite(out).all():
-            row = int(order[rows][np.argmax(~np.isfinite(out))])
-            raise SmoothrankError(f"features[{row}]: the model scored this row {out[~np.isfinite(out)][0]} "
-                                  "(its features are too large for the model's arithmetic)")
+            slots = np.full(tuple(mask.shape), -1)
+            slots[q, pos] = order[rows]
+            _refuse(module, batch, mask, slots, x)
         scores[order[rows]] = out
     return scores
+
+
+def _refuse(module: ScoringModule, batch: Tensor, mask: Tensor, rows: np.ndarray, x: np.ndarray) -> None:
+    """An error naming the first input row (``rows``: the input row of each slot, -1 for padding) whose
+    transformed features or score are not finite, and the transform that made them so."""
+    current = batch
+    for step in module.transforms:
+        current = step(current, mask)
+        bad = ~torch.isfinite(current) & mask.unsqueeze(-1)
+        if bool(bad.any()):
+            b, j, col = (int(i) for i in torch.nonzero(bad)[0])
+            row = int(rows[b, j])
+            name = type(step).__name__.strip("_")
+            raise SmoothrankError(f"features[{row}, {col}] ({x[row, col]:g}) is {float(current[b, j, col])} "
+                                  f"after the fitted {name} transform (beyond float32)")
+    scores = module(batch, mask)
+    b, j = (int(i) for i in torch.nonzero(~torch.isfinite(scores) & mask)[0])
+    raise SmoothrankError(f"features[{int(rows[b, j])}]: the model scored this row {float(scores[b, j])} "
+                          "(its features are too large for the model's arithmetic)")

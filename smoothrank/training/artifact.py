@@ -19,6 +19,7 @@ from torch import nn
 from smoothrank import __version__
 from smoothrank.errors import DataFormatError, SmoothrankError
 from smoothrank.models import build_model
+from smoothrank.models.scoring import ScoringModule, score_rows, scoring_module
 from smoothrank.training._io import atomic_torch_save, load_torch_file
 from smoothrank.training.inference import predict_scores
 
@@ -45,7 +46,7 @@ class RankingModel:
     #: The training file's first feature index (0 or 1; None: not recorded, read each file as it
     #: says). ``smoothrank predict`` reads data files with it.
     index_base: int | None = None
-    _scorer: nn.Module | None = field(default=None, init=False, repr=False, compare=False)
+    _scorer: ScoringModule | None = field(default=None, init=False, repr=False, compare=False)
 
     def transform(self, dataset: Any) -> Any:
         """Apply the fitted training-time feature transforms (none: ``dataset`` unchanged)."""
@@ -71,13 +72,13 @@ class RankingModel:
         (``source`` names the data in a feature-count error)."""
         return predict_scores(self.model, self.prepared(dataset, source=source), batch_size=batch_size)
 
-    def scoring_module(self) -> nn.Module:
+    def scoring_module(self) -> ScoringModule:
         """The network with the fitted transforms inside, ``(features (B, L, F), mask (B, L)) -> scores``
         (:func:`smoothrank.models.scoring.scoring_module`; what ``smoothrank export`` writes)."""
-        from smoothrank.models.scoring import scoring_module
-
         if self._scorer is None:
-            self._scorer = scoring_module(self.model, self.transform_state, self.n_features, with_mask=True)
+            module = scoring_module(self.model, self.transform_state, self.n_features, with_mask=True)
+            assert isinstance(module, ScoringModule)  # with_mask=True: the module itself, not a wrapper
+            self._scorer = module
         return self._scorer
 
     def predict(self, features: Any, *, qid: Any = None, batch_size: int = 256) -> np.ndarray:
@@ -99,8 +100,6 @@ class RankingModel:
             One score per row, in input order: those of :meth:`score` (and ``smoothrank predict``)
             on the same rows grouped by ``qid``, to float32 rounding.
         """
-        from smoothrank.models.scoring import score_rows
-
         return score_rows(self.scoring_module(), features, qid, n_features=self.n_features,
                           batch_size=batch_size)
 

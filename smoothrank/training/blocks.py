@@ -29,7 +29,7 @@ def build_transform(config: Config) -> Any | None:
         return None
     from smoothrank.data import transforms as T
 
-    steps = []
+    steps: list[T.Transform] = []
     for spec in config.transforms:
         if spec.name == "standardize":
             steps.append(T.Standardize())

@@ -43,13 +43,23 @@ class _Section(StrictModel, BaseModel):  # BaseModel named too: ruff (RUF012) kn
 
 
 class DataConfig(_Section):
-    """Where the splits come from: LETOR files, or the bundled MQ2008 fold (``mq2008_fold``)."""
+    """Where the splits come from: LETOR files (or BM25F statistics folders, docs/bm25f.md), or the
+    bundled MQ2008 fold (``mq2008_fold``)."""
 
     train: str | None = None
     valid: str | None = None
     test: str | None = None
     mq2008_fold: Annotated[_Int, Field(ge=1, le=5)] | None = None
     n_features: Annotated[_Int, Field(ge=1)] | None = None
+    # LETOR 3.0's NULL features: a fill number (default 0.0, with a note), or "nan" (GBDT only).
+    null_value: float | str | None = None
+
+    @field_validator("null_value", mode="after")
+    @classmethod
+    def _null_value(cls, value: Any) -> Any:
+        from smoothrank.data.missing import check_null_value
+
+        return check_null_value(value, "null_value")
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
@@ -288,6 +298,19 @@ class Config(_Section):
             return {"kind": "mlp", **value}
         return value
 
+    @model_validator(mode="after")
+    def _bm25f_fields_are_the_data_fields(self) -> Config:
+        # Fields named in another order than the statistics' would train (the counts agree) and
+        # export each field's parameters under another field's name.
+        if isinstance(self.model, BM25FModelConfig) and self.data.train is not None:
+            from smoothrank.data.bm25f import folder_fields
+
+            fields = folder_fields(self.data.train)
+            if fields is not None and list(fields) != list(self.model.fields):
+                raise ValueError(f"model.fields {self.model.fields}, but the statistics of data.train "
+                                 f"({self.data.train}) have the fields {list(fields)}, in this order")
+        return self
+
 
 # Errors of a loss or metric refusing an option value (SmoothrankError is a ValueError).
 _PROBE_ERRORS = (TypeError, ValueError, ArithmeticError, RuntimeError)
@@ -486,7 +509,8 @@ def dump_config(config: Config) -> str:
 def _number_keys(dumped: Any, native: Any) -> Any:
     """``dumped`` (JSON mode) with the number keys of ``native`` (Python mode) put back: JSON mode
     writes a gain mapping ``{0: 0.0, 1: 1.0}`` with string labels, which YAML would keep as strings
-    and the gain check refuses, so a run's config.yaml did not load again as a config."""
+    and the gain check would refuse: with the numbers put back, a run's config.yaml loads again as a
+    config."""
     if isinstance(dumped, dict) and isinstance(native, dict):
         by_text = {str(key): key for key in native}
         out = {}
