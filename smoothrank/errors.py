@@ -29,3 +29,9 @@ class TrainingError(SmoothrankError):
 
 class TrainingWarning(SmoothrankWarning):
     """The run will train, but not usefully (e.g. no query of the training split can be ranked)."""
+
+
+class ShortEpochWarning(SmoothrankWarning):
+    """An epoch is only a few optimiser steps (few training queries for ``training.batch_size``):
+    epochs are then coarse units of training, and selecting one of them is close to chance. Not a
+    :class:`TrainingWarning`: the run trains usefully, only its epochs are coarse."""

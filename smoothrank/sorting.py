@@ -417,7 +417,7 @@ class _SinkhornScaling(torch.autograd.Function):
     """Scaling vectors (u, v) with diag(u) K diag(v) doubly stochastic; see ``sinkhorn_scaling``."""
 
     @staticmethod
-    def forward(ctx, k, row_f, col_f, max_iter, tol, chunk):  # type: ignore[override]
+    def forward(ctx, k, row_f, col_f, max_iter, tol, chunk):
         batch, n, _ = k.shape
         us = k.new_zeros(batch, max_iter, n)
         vs = k.new_zeros(batch, max_iter + 1, n)  # v_0 .. v_T
@@ -437,7 +437,7 @@ class _SinkhornScaling(torch.autograd.Function):
     @staticmethod
     @first_derivative_only("Sinkhorn scaling")
     @without_autocast
-    def backward(ctx, gu, gv, _gerr):  # type: ignore[override]
+    def backward(ctx, gu, gv, _gerr):
         k, us, vs, active = ctx.saved_tensors
         gu = torch.zeros_like(us[:, 0]) if gu is None else gu
         gv = torch.zeros_like(vs[:, 0]) if gv is None else gv
@@ -592,7 +592,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, s, b, coef, rows_f, cols_f, left, right, tau, sinkhorn, transposed, max_iter, tol,
-                chunk):  # type: ignore[override]
+                chunk):
         # s, b, coef are in the wide dtype (P-hat's logits); everything else is in the scores' dtype.
         batch, n = s.shape
         value, err = left.new_zeros(batch), left.new_zeros(batch)
@@ -621,7 +621,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
     @staticmethod
     @first_derivative_only("NeuralNDCG (NeuralSort and Sinkhorn)")
     @without_autocast
-    def backward(ctx, gval, _gerr):  # type: ignore[override]
+    def backward(ctx, gval, _gerr):
         s, b, coef, rows_f, cols_f, left, right, us, vs, active, u_fin, v_fin = ctx.saved_tensors
         tau, sinkhorn, transposed, chunk = ctx.opts
         grad_s, grad_b = torch.zeros_like(s), torch.zeros_like(b)

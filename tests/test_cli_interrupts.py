@@ -120,3 +120,39 @@ def test_a_signal_during_training_then_resume(tmp_path, signame, status, what):
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert (run_dir / "model.pt").is_file()
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 6
+
+
+def test_ctrl_c_while_the_command_is_still_importing_is_one_line():
+    # main() builds its parser by importing every sub-command (torch among them: seconds). The
+    # child's first such import says "ready" and waits there; the interrupt lands in it.
+    script = """import importlib, sys, time
+import smoothrank.cli as cli
+assert "torch" not in sys.modules  # the entry point itself imports nothing heavy
+real = importlib.import_module
+def importing(name, *args):
+    print("ready", flush=True)
+    time.sleep(60)
+    return real(name, *args)
+cli.importlib = type(sys)("importlib_stand_in")
+cli.importlib.import_module = importing
+sys.exit(cli.main(["losses"]))
+"""
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, preexec_fn=sigint_as_from_a_terminal)
+    assert child.stdout.readline().strip() == "ready"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    assert err == "smoothrank: interrupted\n"
+    assert child.returncode == 130
+
+
+def test_ctrl_c_during_the_imports_of_main_is_one_line(capsys, monkeypatch):
+    import smoothrank.cli as cli
+
+    def importing(_name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.importlib, "import_module", importing)
+    assert main(["losses"]) == 130
+    assert capsys.readouterr().err == "smoothrank: interrupted\n"

@@ -632,3 +632,18 @@ def test_experiment_names_its_default_folder_when_no_out_was_given(folds, tmp_pa
     assert main(["experiment", str(spec), "--dry-run"]) == 2
     assert ("the default output folder runs/experiments/tiny (give --out): runs is not a directory"
             in _error(capsys))
+
+
+@pytest.mark.parametrize("obj", [{"a": 1, "b": [1, 2]}, 3.5, "text"])
+def test_a_plain_pickle_given_as_model_is_one_clear_error_without_library_warnings(folds, tmp_path, capsys,
+                                                                                     obj):
+    import pickle
+    import warnings
+
+    path = tmp_path / "thing.pkl"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # as a fresh interpreter shows a UserWarning once
+        assert main(["predict", str(path), str(folds / "test.txt"), "--out", str(tmp_path / "p.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"smoothrank: error: {path}: not a smoothrank model file (UnpicklingError)\n"

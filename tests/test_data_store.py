@@ -296,3 +296,21 @@ def test_transforms_of_a_store_are_file_backed_and_equal_in_memory_ones(syntheti
         out = Compose(steps).fit(mapped).transform(mapped)
         assert isinstance(out.features, np.memmap)  # every step: no in-memory copy of the split
         np.testing.assert_array_equal(out.features, expected.features)
+
+
+def test_train_predict_and_evaluate_share_one_entry(tmp_path):
+    from smoothrank.cli import main
+
+    data = write_synthetic_letor(tmp_path / "big.txt", 20, (80, 100), 100, seed=5)
+    assert data.stat().st_size >= letor.AUTO_CACHE_BYTES  # cached without asking
+    config = tmp_path / "c.yaml"
+    config.write_text(f"seed: 0\ndata: {{train: {data}}}\nmodel: {{kind: mlp, hidden: [4]}}\n"
+                      "loss: {name: list_net}\ntransforms: [signed_log1p, standardize]\n"
+                      f"training: {{epochs: 1}}\noutput: {{run_dir: {tmp_path / 'run'}}}\n")
+    assert main(["train", str(config), "--quiet"]) == 0
+    model, out = str(tmp_path / "run" / "model.pt"), str(tmp_path / "p.txt")
+    assert main(["predict", model, str(data), "--out", out]) == 0
+    assert main(["evaluate", "--data", str(data), "--predictions", str(tmp_path / "p.txt"),
+                 "--metrics", "ndcg@10"]) == 0
+    assert [e.source for e in store.entries()] == [os.path.realpath(data)]
+    assert not [p for p in store.cache_dir().iterdir() if p.name.startswith(".tmp-")]

@@ -107,8 +107,14 @@ def _one_line_warnings(previous: Callable[..., None]) -> Callable[..., None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = _parse(parser, argv)
+    try:
+        # Building the parser imports every sub-command (torch among them: seconds): Ctrl-C then is
+        # the same one line as during a command.
+        parser = build_parser()
+        args = _parse(parser, argv)
+    except KeyboardInterrupt:
+        print("smoothrank: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

@@ -112,6 +112,7 @@ def run(args: Any) -> int:
 def _run_locked(args: Any, spec: Any, out: Path) -> int:
     from smoothrank.experiments import expand, run_experiment, write_reports
     from smoothrank.experiments.ensemble import plan_ensembles
+    from smoothrank.experiments.report import SUMMARY_FILES
     from smoothrank.experiments.reuse import apply_reuse, find_reusable
     from smoothrank.experiments.runner import PLAN_FILE, check_out_dir
 
@@ -120,6 +121,10 @@ def _run_locked(args: Any, spec: Any, out: Path) -> int:
             print(message, file=sys.stderr, flush=True)
 
     check_out_dir(spec, out)  # again under the lock: another command may have run in between
+    # A summary of an earlier command (perhaps of another spec) must not outlive this one if it is
+    # interrupted or killed: the summaries are written again at the end.
+    for name in SUMMARY_FILES:
+        (out / name).unlink(missing_ok=True)
     write_bytes_atomic(out / "spec.yaml", Path(args.spec).read_bytes())
     cells = expand(spec)  # what `compare` reads of this folder, as the summary does
     if args.reuse:
@@ -131,17 +136,23 @@ def _run_locked(args: Any, spec: Any, out: Path) -> int:
     outcome = run_experiment(spec, out, workers=args.workers, log=log)
     command = "smoothrank experiment " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
         if len(sys.argv) > 2 and sys.argv[1] == "experiment" else None
+    found = {r.get("run_id") for r in outcome.results}
+    missing = {run_id: outcome.failed.get(run_id, "not run")
+               for run_id in [*plan["runs"], *plan["ensembles"]] if run_id not in found}
+    missing.update({k: v for k, v in outcome.failed.items() if k not in missing})
     write_reports(outcome.results, out, metrics=spec.metrics, title=f"Experiment {spec.name}",
                   convention=spec.convention, baseline=spec.baseline, alpha=spec.alpha, command=command,
                   select_by=spec.select_by,
-                  correction=args.correction if args.correction is not None else spec.correction)
+                  correction=args.correction if args.correction is not None else spec.correction,
+                  missing=missing)
     ensembles = (f"{len(outcome.ensembles_built)} ensemble(s) built, {len(outcome.ensembles_reused)} reused; "
                  if spec.ensemble or spec.blends else "")
     print(f"{len(outcome.ran)} run(s) done, {len(outcome.skipped)} skipped (finished before); {ensembles}"
           f"summary: {out / 'summary.md'}")
-    if outcome.failed:
-        print(f"{len(outcome.failed)} run(s) failed (run the command again to retry them):", file=sys.stderr)
-        for run_id, message in outcome.failed.items():
+    if missing:
+        print(f"{len(missing)} run(s) failed or were not run (run the command again to retry them):",
+              file=sys.stderr)
+        for run_id, message in missing.items():
             print(f"  {run_id}: {message}", file=sys.stderr)
         return 1
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "predict", help="score a LETOR file with a trained model",
         description="Write one score per input line, in input line order (the LETOR prediction-file "
                     "format read by `smoothrank evaluate` and Eval-Score-4.0.pl), or a TREC run.")
-    parser.add_argument("model", help="model file written by `smoothrank train` (run_dir/model.pt)")
+    parser.add_argument("model", help="model file written by `smoothrank train` (run_dir/model.pt), or a "
+                                      "GBDT run's model.txt (LightGBM) / model.json (XGBoost)")
     parser.add_argument("data", help="LETOR / SVMlight file to score")
     parser.add_argument("--out", required=True, help="output file")
     parser.add_argument("--format", choices=("letor", "trec"), default="letor", help="output format")
@@ -23,20 +25,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="feature count of a sparse DATA file whose largest index is below the model's")
     parser.add_argument("--regroup", action="store_true",
                         help="group the lines of a query that are apart in DATA (output keeps line order)")
+    parser.add_argument("--null-value", default=None, metavar="NUMBER|nan",
+                        help="LETOR 3.0's NULL feature values: read as this number (default 0, with a note "
+                             "saying how many), or 'nan' to keep them missing (GBDT models only)")
     parser.set_defaults(func=run)
+
+
+def _null_value(text: str | None) -> float | str | None:
+    from smoothrank.data.missing import check_null_value
+
+    if text is None or text.strip().lower() == "nan":
+        return check_null_value(text, "--null-value")
+    try:
+        return check_null_value(float(text), "--null-value")
+    except ValueError:
+        raise CLIError(f"--null-value: expected a number or 'nan', got {text!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     from smoothrank._atomic import check_destination
-    from smoothrank.data import load_letor, write_predictions, write_trec_run
+    from smoothrank.data import load_letor
+    from smoothrank.data.missing import apply_null_value
     from smoothrank.data.writers import check_trec_tag
     from smoothrank.errors import IndexBaseError
+    from smoothrank.experiments.gbdt import booster_library
     from smoothrank.training.artifact import load_model
 
     # Before the model and the data are read: a bad destination (or the input itself) or tag.
     check_destination(args.out, "--out", inputs={"MODEL": args.model, "DATA": args.data})
     if args.format == "trec":
         check_trec_tag(args.tag, "--tag")
+    if booster_library(args.model) is not None:
+        return _write(args, _score_with_booster(args))
     loaded = load_model(args.model)
     if args.n_features is not None and args.n_features < 1:
         raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
@@ -46,8 +66,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         # Scoring uses no label: a real-valued or negative one is no error here (the reader still
         # refuses a label that is not a finite float32 number).
-        dataset = load_letor(args.data, n_features=args.n_features, zero_based=zero_based,
-                             regroup=args.regroup, allow_real_labels=True, allow_negative_labels=True)
+        def read(*, null_value: float) -> object:
+            return load_letor(args.data, n_features=args.n_features, zero_based=zero_based,
+                              regroup=args.regroup, allow_real_labels=True, allow_negative_labels=True,
+                              null_value=null_value)
+
+        dataset = apply_null_value(args.data, read, _null_value(args.null_value), "--null-value",
+                                   missing_ok=False)
     except IndexBaseError as err:
         # They name zero_based, which the user of predict did not set: say why.
         if zero_based == "auto":
@@ -58,7 +83,34 @@ def run(args: argparse.Namespace) -> int:
         hint = (" (a sparse file may pass --n-features)" if dataset.n_features < loaded.n_features else "")
         raise CLIError(f"{args.data} has {dataset.n_features} features but the model {args.model} was "
                        f"trained on {loaded.n_features}{hint}")
-    scores = loaded.score(dataset, source=args.data)
+    return _write(args, (dataset, loaded.score(dataset, source=args.data)))
+
+
+def _score_with_booster(args: argparse.Namespace) -> tuple[object, np.ndarray]:
+    """The data and its scores by a LightGBM or XGBoost model file (index base: the file's own)."""
+    from smoothrank.data import load_letor
+    from smoothrank.data.missing import apply_null_value
+    from smoothrank.experiments.gbdt import load_booster
+
+    booster = load_booster(args.model)
+    if args.n_features is not None and args.n_features < 1:
+        raise CLIError(f"--n-features: expected a positive count, got {args.n_features}")
+    def read(*, null_value: float) -> object:
+        return load_letor(args.data, n_features=args.n_features or booster.n_features, regroup=args.regroup,
+                          allow_real_labels=True, allow_negative_labels=True, null_value=null_value)
+
+    dataset: Any = apply_null_value(args.data, read, _null_value(args.null_value), "--null-value",
+                                    missing_ok=True)
+    if dataset.n_features != booster.n_features:
+        raise CLIError(f"{args.data} has {dataset.n_features} features but the model {args.model} was "
+                       f"trained on {booster.n_features}")
+    return dataset, booster.predict(dataset)
+
+
+def _write(args: argparse.Namespace, scored: tuple[object, np.ndarray]) -> int:
+    from smoothrank.data import write_predictions, write_trec_run
+
+    dataset, scores = scored
     if args.format == "trec":
         write_trec_run(args.out, dataset, scores, tag=args.tag)
     else:

@@ -305,6 +305,7 @@ def _through_store(path: Path, side: Path | None, options: ReaderOptions, verify
 
 
 def commit_entry(writer: store.EntryWriter, parsed: Parsed) -> Path:
+    """Write the parsed query arrays, flush the row arrays and commit the entry; returns its folder."""
     for name in ("qids", "offsets"):
         writer.array(name, parsed.arrays[name], mmap=False)
     for name in ROW_ARRAYS:

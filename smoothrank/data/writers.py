@@ -75,7 +75,7 @@ def _check_token(value: str, what: str) -> None:
         raise SmoothrankError(f"{what} {value!r} is empty or contains whitespace; the file could not hold it")
 
 
-def _check_unique_docs(dataset: Dataset) -> None:
+def check_unique_docs(dataset: Dataset) -> None:
     """Refuse a document id repeated within a query: trec_eval rejects such a run ("duplicate docs")
     and a qrels file would judge the document twice, so no TREC file is written with one."""
     query, docs = dataset.query_of_row(), dataset.doc_ids
@@ -122,7 +122,7 @@ def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: objec
     array = _scores_array(scores, dataset.n_docs)
     _check_token(tag, "tag")
     _check_unique_qids(dataset)
-    _check_unique_docs(dataset)
+    check_unique_docs(dataset)
     out = []
     for q in range(dataset.n_queries):
         qid = str(dataset.qids[q])
@@ -145,7 +145,7 @@ def write_qrels(path: str | os.PathLike[str], dataset: Dataset) -> None:
         raise SmoothrankError(f"qrels need integer labels; row {i} (line {dataset.line_numbers[i]}) "
                               f"has {labels[i]}")
     _check_unique_qids(dataset)
-    _check_unique_docs(dataset)
+    check_unique_docs(dataset)
     query_of_row = dataset.query_of_row()
     out = []
     for i in range(dataset.n_docs):

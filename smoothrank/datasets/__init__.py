@@ -105,7 +105,7 @@ def _user_file(path: Path, fold: int, split: str) -> Path:
     raise FileNotFoundError(2, f"No Fold{fold}/{split}.txt[.gz] under the MQ2008 path", str(path))
 
 
-DATA_KEYS = ("train", "valid", "test", "mq2008_fold", "n_features")
+DATA_KEYS = ("train", "valid", "test", "mq2008_fold", "n_features", "null_value")
 
 
 def data_section_problem(data: Mapping[str, Any]) -> str | None:
@@ -124,7 +124,7 @@ def data_section_problem(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
+def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[str, Dataset]:
     """The ``train``/``valid``/``test`` datasets of a config's ``data`` section: the bundled MQ2008
     fold ``mq2008_fold``, or the LETOR files ``train`` (required), ``valid`` and ``test``, or BM25F
     statistics folders in their place (all of them; ``docs/bm25f.md``), packed alike.
@@ -134,7 +134,14 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
     ``index_base``). A missing file is an error naming its field
     (``data.valid``) and, for a relative path, the folder it was looked for in; so is a section
     that names both sources, neither, or an unknown key (:func:`data_section_problem`).
+
+    ``null_value`` (LETOR 3.0's ``NULL`` features): a number fills them (default 0.0), with a
+    warning saying how many; ``"nan"`` keeps them missing, for the GBDT baselines
+    (``missing_ok=True``: such a split is a :class:`smoothrank.data.missing.WithMissing`), and is
+    refused for the others (:func:`smoothrank.data.missing.apply_null_value`).
     """
+    from smoothrank.data.missing import apply_null_value, check_null_value
+
     problem = data_section_problem(data)
     if problem is not None:
         raise SmoothrankError(problem)
@@ -151,6 +158,7 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
         return _bm25f_splits(named, folders)
     splits: dict[str, Dataset] = {}
     n_features = data.get("n_features")
+    null_value = check_null_value(data.get("null_value"), "data.null_value")
     zero_based: bool | str = "auto"
     for split in ("train", "valid", "test"):
         path = data.get(split)
@@ -158,7 +166,12 @@ def load_splits(data: Mapping[str, Any]) -> dict[str, Dataset]:
             continue
         _check_exists(Path(path), f"data.{split}")
         try:
-            splits[split] = load_letor(path, n_features=n_features, zero_based=zero_based)
+            def read(*, null_value: float, path: Any = path, n_features: Any = n_features,
+                     zero_based: Any = zero_based) -> Dataset:
+                return load_letor(path, n_features=n_features, zero_based=zero_based, null_value=null_value)
+
+            splits[split] = apply_null_value(path, read, null_value, f"data.{split}",  # type: ignore[assignment]
+                                             missing_ok=missing_ok)
         except IndexBaseError as err:
             # Only these are about zero_based, which the config did not set: a NaN or a bad label is not.
             if zero_based == "auto":

@@ -35,6 +35,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -234,7 +235,7 @@ def _check_loss_objective(library: str, objective: str, loss_options: dict[str, 
         raise ConfigError(f"{where}.hessian: {err}") from None
 
 
-def _floor(min_hessian: float | None) -> dict[str, float]:
+def _floor(min_hessian: float | None) -> dict[str, Any]:
     """``min_hessian`` as a keyword for smoothrank.boosting, or none for its default."""
     return {} if min_hessian is None else {"min_hessian": float(min_hessian)}
 
@@ -596,7 +597,8 @@ def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, par
         key = select_name
     # qid per row; rows of a query are contiguous and queries ascending, as XGBoost requires.
     dtrain = xgb.DMatrix(train.features, label=train.labels, qid=train.query_of_row())
-    evals, evals_result = [], {}
+    evals: list[Any] = []
+    evals_result: dict[str, Any] = {}
     if valid is not None:
         evals.append((xgb.DMatrix(valid.features, label=valid.labels, qid=valid.query_of_row()), "valid"))
     booster = xgb.train(full, dtrain, num_boost_round=num_boost_round, evals=evals, obj=custom,
@@ -610,3 +612,85 @@ def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, par
     # XGBoost's best_iteration is 0-based; iteration_range's end is exclusive.
     best = int(best_attr) + 1 if best_attr is not None else rounds
     return GBDTResult("xgboost", objective, booster, best, int(rounds), history)
+
+
+#: The file name of a saved booster, by library: each library's own format.
+BOOSTER_FILES = {"lightgbm": "model.txt", "xgboost": "model.json"}
+
+
+def save_booster(fitted: GBDTResult, folder: str | os.PathLike[str]) -> Path:
+    """Save ``fitted``'s booster, cut at its selected iteration, in its library's own format
+    (LightGBM's text model ``model.txt``, XGBoost's JSON model ``model.json``) into ``folder``,
+    atomically; returns the path. The saved model predicts what ``fitted.predict`` does, in the
+    library's own tools (``lightgbm.Booster(model_file=...)``, ``xgboost.Booster(model_file=...)``)
+    and in ``smoothrank predict``."""
+    from smoothrank._atomic import write_bytes_atomic
+
+    path = Path(folder) / BOOSTER_FILES[fitted.library]
+    if fitted.library == "lightgbm":
+        text = fitted.booster.model_to_string(num_iteration=fitted.best_iteration)
+        write_bytes_atomic(path, text.encode("utf-8"))
+    else:
+        cut = fitted.booster[: fitted.best_iteration]
+        write_bytes_atomic(path, bytes(cut.save_raw(raw_format="json")))
+    return path
+
+
+def booster_library(path: str | os.PathLike[str]) -> str | None:
+    """The library of a saved booster file (by its first bytes): "lightgbm" (text model starting
+    ``tree``), "xgboost" (JSON with a ``learner``), or None for anything else."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    if head.startswith(b"tree\n") or head.startswith(b"tree\r\n"):
+        return "lightgbm"
+    if head.lstrip().startswith(b"{") and b'"learner"' in head:
+        return "xgboost"
+    return None
+
+
+@dataclass
+class SavedBooster:
+    """A booster read from its library's own file: ``predict(dataset)`` gives one float64 score
+    per row, in row order (all of its trees: a saved booster is cut at its selected iteration)."""
+
+    library: str
+    booster: Any
+    n_features: int
+    source: str
+
+    def predict(self, dataset: Any) -> np.ndarray:
+        features = np.ascontiguousarray(dataset.features, dtype=np.float32)
+        if self.library == "lightgbm":
+            out = self.booster.predict(features)
+        else:
+            import xgboost as xgb
+
+            out = self.booster.predict(xgb.DMatrix(features, missing=np.nan))
+        scores = np.asarray(out, dtype=np.float64).reshape(-1)
+        if scores.shape[0] != dataset.n_docs or not np.isfinite(scores).all():
+            raise SmoothrankError(f"{self.source}: the booster gave non-finite or missing predictions")
+        return scores
+
+
+def load_booster(path: str | os.PathLike[str]) -> SavedBooster:
+    """Read a LightGBM text model or an XGBoost JSON model (as :func:`save_booster` writes them);
+    a file of neither kind, or one its library refuses, is an error naming it."""
+    library = booster_library(path)
+    if library is None:
+        raise SmoothrankError(f"{path}: not a LightGBM text model or an XGBoost JSON model")
+    module = _import(library)
+    try:
+        with _silenced():
+            if library == "lightgbm":
+                booster = module.Booster(model_file=str(path))
+                n_features = booster.num_feature()
+            else:
+                booster = module.Booster(model_file=str(path))
+                n_features = booster.num_features()
+    except _library_errors(module, library) as err:
+        raise SmoothrankError(f"{path}: {library} cannot read this model ({_library_message(err)})") from None
+    return SavedBooster(library, booster, int(n_features), str(path))
+

@@ -24,7 +24,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -497,22 +497,44 @@ def format_csv(rows: Sequence[dict[str, Any]], *, convention: str) -> str:
     return buffer.getvalue()
 
 
+#: The summary files :func:`write_reports` writes into an output folder.
+SUMMARY_FILES = ("summary.md", "summary.csv", "summary.json")
+
+
 def write_reports(results: Sequence[dict[str, Any]], out_dir: str | Path, *, metrics: Sequence[str],
                   title: str, convention: str, baseline: str | None = None, alpha: float = 0.05,
                   command: str | None = None, select_by: str | None = None,
-                  correction: str = "none") -> list[dict[str, Any]]:
-    """Write ``summary.md``, ``summary.csv`` and ``summary.json`` into ``out_dir``; return the rows."""
+                  correction: str = "none", missing: Mapping[str, str] | None = None
+                  ) -> list[dict[str, Any]]:
+    """Write ``summary.md``, ``summary.csv`` and ``summary.json`` into ``out_dir``; return the rows.
+
+    ``missing``: the runs (and ensembles) of the spec that have no result, each with why (its error,
+    or that it was not run). ``summary.md`` then opens with an "Incomplete" section listing them,
+    and ``summary.json`` holds them under ``missing`` (``complete`` is false)."""
     from smoothrank.experiments.results import write_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    missing = dict(missing or {})
     rows = summarize(results, metrics=metrics, baseline=baseline, alpha=alpha, correction=correction)
     refit = any("refit" in r for r in results)
     markdown = format_markdown(rows, metrics=metrics, title=title, convention=convention,
                                baseline=baseline, alpha=alpha, command=command, select_by=select_by,
                                refit=refit, correction=correction)
-    write_text_atomic(out / "summary.md", markdown)
+    write_text_atomic(out / "summary.md", _with_missing(markdown, missing))
     write_text_atomic(out / "summary.csv", format_csv(rows, convention=convention))
     write_json(out / "summary.json", {"title": title, "convention": convention, "baseline": baseline,
-                                      "alpha": alpha, "correction": correction, "rows": rows})
+                                      "alpha": alpha, "correction": correction, "complete": not missing,
+                                      "missing": missing, "rows": rows})
     return rows
+
+
+def _with_missing(markdown: str, missing: Mapping[str, str]) -> str:
+    """``markdown`` with an "Incomplete" section after its title listing the missing runs."""
+    if not missing:
+        return markdown
+    title, _, rest = markdown.partition("\n")
+    lines = [title, "", f"## Incomplete: {len(missing)} run(s) of the spec have no result", "",
+             "The tables below leave them out; run the command again to retry them.", ""]
+    lines += [f"- `{run_id}`: {' '.join(why.split())}" for run_id, why in missing.items()]
+    return "\n".join(lines) + "\n" + rest

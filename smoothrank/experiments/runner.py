@@ -5,6 +5,12 @@ Layout of the output folder::
     OUT/spec.yaml                         the validated spec (as given)
     OUT/runs/<run id>/result.json         written last and atomically: a run is finished iff it exists
     OUT/runs/<run id>/scores.npz          the selected model's scores (float64 per split, row order)
+    OUT/runs/<run id>/valid.pred, test.pred   the same scores as LETOR prediction files: one score
+                                          per line, in the data file's line order (the input of the
+                                          LETOR evaluation scripts and ``smoothrank evaluate``)
+    OUT/runs/<run id>/model.txt | model.json  a GBDT run's booster in its library's own format
+                                          (LightGBM text, XGBoost JSON), cut at the selected
+                                          iteration: ``smoothrank predict`` scores new data with it
     OUT/runs/<run id>/train/              the trainer's run directory (neural runs: metrics.jsonl,
                                           checkpoint.pt, model.pt, ...)
     OUT/ensembles/<ensemble id>/          seed ensembles (``ensemble: true``) and blends (``blends:``),
@@ -39,6 +45,8 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -75,12 +83,15 @@ def _selector(valid: Any, metric: str, convention: str) -> Callable[[np.ndarray]
     return value
 
 
-def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+_Ran = tuple[dict[str, Any], dict[str, np.ndarray], dict[str, Any]]  # result body, scores, splits
+
+
+def _run_gbdt(cell: Cell, run_dir: Path) -> _Ran:
     from smoothrank.datasets import load_splits
-    from smoothrank.experiments.gbdt import fit_gbdt
+    from smoothrank.experiments.gbdt import fit_gbdt, save_booster
 
     s = cell.settings
-    splits = load_splits(s["data"])
+    splits = load_splits(s["data"], missing_ok=True)  # null_value "nan": NULLs stay missing
     g = s["gbdt"]
     select = None
     if splits.get("valid") is not None and g.get("select") == "spec":
@@ -102,18 +113,27 @@ def _run_gbdt(cell: Cell) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                             loss_options=g.get("options"), hessian=g.get("hessian", "constant"),
                             min_hessian=g.get("min_hessian"))
         refit = {"rounds": fitted.best_iteration, "train_queries": merged.n_queries}
-        return _with_refit(scores, {n: refitted.predict(splits[n]) for n in ("train", "test")}, splits,
-                           selection, refit, metrics=s["metrics"], convention=s["convention"])
+        save_booster(refitted, run_dir)  # the model that gave the test scores
+        return (*_with_refit(scores, {n: refitted.predict(splits[n]) for n in ("train", "test")}, splits,
+                             selection, refit, metrics=s["metrics"], convention=s["convention"]), splits)
+    save_booster(fitted, run_dir)
     scored = score_splits(scores, splits, metrics=s["metrics"], convention=s["convention"])
-    return {**scored, "selection": selection}, scores
+    return {**scored, "selection": selection}, scores, splits
 
 
 def _refit_training_set(splits: dict[str, Any]) -> Any:
     from smoothrank.data import concat_datasets
+    from smoothrank.data.missing import WithMissing
 
     if splits.get("valid") is None:  # the spec check refuses this; a direct caller gets it here
         raise ConfigError("refit: the dataset has no validation split to refit on")
-    return concat_datasets([splits["train"], splits["valid"]])
+    parts = [splits["train"], splits["valid"]]
+    if not any(isinstance(p, WithMissing) for p in parts):
+        return concat_datasets(parts)
+    # NULLs kept missing: the filled datasets joined, and their missing positions.
+    filled = [p.dataset if isinstance(p, WithMissing) else p for p in parts]
+    missing = [p.missing if isinstance(p, WithMissing) else np.zeros(p.features.shape, bool) for p in parts]
+    return WithMissing(concat_datasets(filled), np.concatenate(missing))
 
 
 def _with_refit(selected: dict[str, np.ndarray], refitted: dict[str, np.ndarray], splits: dict[str, Any],
@@ -128,11 +148,11 @@ def _with_refit(selected: dict[str, np.ndarray], refitted: dict[str, np.ndarray]
     return {**scored, "selection": selection, "refit": {**refit, "without_refit": before["metrics"]}}, scores
 
 
-def _run_neural(cell: Cell, run_dir: Path, *,
-                quiet: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _run_neural(cell: Cell, run_dir: Path, *, quiet: bool = True) -> _Ran:
     from smoothrank.datasets import load_splits
     from smoothrank.training import load_model, train
     from smoothrank.training.config import SCHEDULE_OPTIONS, config_from_dict
+    from smoothrank.training.trainer import warn_short_epochs
 
     # probe_loss=False: the spec check probed the loss options already, once for the whole grid, and
     # checked the schedule options knowing which the loss's overrides inherited (SCHEDULE_OPTIONS).
@@ -140,6 +160,7 @@ def _run_neural(cell: Cell, run_dir: Path, *,
                               inherited_schedule=SCHEDULE_OPTIONS)
     _check_interrupted(cell, run_dir)  # also when called without check_out_dir (the Python API)
     splits = load_splits(cell.settings["config"]["data"])
+    warn_short_epochs(splits["train"].n_queries, config.training.batch_size)
     train_dir = run_dir / "train"
     resume = (train_dir / "checkpoint.pt").is_file()
     if not resume:  # what this run is, before its first checkpoint: a resume is checked against it
@@ -165,19 +186,39 @@ def _run_neural(cell: Cell, run_dir: Path, *,
               splits={"train": merged})
         refitted = load_model(refit_dir / "model.pt")  # no validation split: the last epoch
         refit = {"epochs": result.best_epoch, "train_queries": merged.n_queries}
-        return _with_refit(scores, {n: refitted.score(splits[n]) for n in ("train", "test")}, splits,
-                           selection, refit, metrics=metrics, convention=convention)
+        return (*_with_refit(scores, {n: refitted.score(splits[n]) for n in ("train", "test")}, splits,
+                             selection, refit, metrics=metrics, convention=convention), splits)
     scored = score_splits(scores, splits, metrics=metrics, convention=convention)
-    return {**scored, "selection": selection}, scores
+    return {**scored, "selection": selection}, scores, splits
+
+
+def _write_prediction_files(run_dir: Path, scores: dict[str, np.ndarray], splits: dict[str, Any],
+                            data: dict[str, Any]) -> dict[str, Any]:
+    """``valid.pred`` and ``test.pred`` (one score per line, the data file's line order); returns
+    what ``result.json`` records of them: each file's name, its split, and the run's ``data``
+    section (file paths made absolute) to read that split with, as ``smoothrank evaluate OUT`` does."""
+    from smoothrank.data import write_predictions
+
+    section = {k: (str(Path(v).resolve()) if k in SPLITS and isinstance(v, str) else v)
+               for k, v in data.items()}
+    written: dict[str, Any] = {}
+    for split in ("valid", "test"):
+        if split in scores and splits.get(split) is not None:
+            name = f"{split}.pred"
+            write_predictions(run_dir / name, scores[split], dataset=splits[split])
+            written[split] = {"file": name, "split": split, "data": section}
+    return written
 
 
 def run_cell(cell: Cell, out_dir: str | Path) -> dict[str, Any]:
     """Run one cell and write ``OUT/runs/<run id>/scores.npz`` then ``result.json``; return the result."""
     run_dir = Path(out_dir) / "runs" / cell.run_id
     started = time.perf_counter()
-    body, scores = _run_gbdt(cell) if cell.kind == "gbdt" else _run_neural(cell, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    body, scores, splits = _run_gbdt(cell, run_dir) if cell.kind == "gbdt" else _run_neural(cell, run_dir)
     write_scores(run_dir / SCORES_FILE, scores)  # before result.json: a finished run has its scores
+    data = cell.settings["data"] if cell.kind == "gbdt" else cell.settings["config"]["data"]
+    body["predictions"] = _write_prediction_files(run_dir, scores, splits, data)
     result = {"run_id": cell.run_id, "dataset": cell.dataset, "fold": cell.fold, "method": cell.method,
               "kind": cell.kind, "seed": cell.seed, "fingerprint": cell.fingerprint(),
               "convention": cell.settings["convention"], "seconds": round(time.perf_counter() - started, 3),
@@ -232,6 +273,32 @@ def _worker_signals() -> None:
     cancelling the job) would otherwise kill the worker on the spot."""
     signal.signal(signal.SIGINT, _worker_interrupted)
     signal.signal(signal.SIGTERM, _worker_interrupted)
+    _end_with_parent(os.getppid())
+
+
+def _end_with_parent(parent: int) -> None:
+    """Make this worker end when its parent process does, however the parent ends (SIGKILL too,
+    where no handler of the parent runs): the kernel sends SIGTERM at the parent's death on Linux
+    (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon thread polls the parent's pid. The worker
+    then stops as for a SIGTERM: its run's checkpoint stays, for the next command to resume."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(1, signal.SIGTERM, 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
+                if os.getppid() != parent:  # the parent died before the call: no signal will come
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+        except (OSError, AttributeError):  # no libc symbol: fall back to polling
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="smoothrank-parent-watch", daemon=True).start()
 
 
 def _worker_interrupted(_signum: int, _frame: object) -> None:
@@ -252,6 +319,8 @@ def _interrupt_workers() -> None:
     if os.name != "posix":
         return
     for child in multiprocessing.active_children():
+        if child.pid is None:  # not started
+            continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGINT)
 

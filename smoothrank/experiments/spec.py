@@ -97,23 +97,49 @@ def expand_env(path: str) -> str:
 
 
 class DatasetSpec(_Strict):
-    """Either the bundled MQ2008 folds or one train/valid/test triple of LETOR files.
+    """The bundled MQ2008 folds, one train/valid/test triple of LETOR files, or one triple per fold.
 
     File paths may name environment variables, ``${NAME}`` or ``${NAME:-DEFAULT}`` (see
-    :func:`expand_env`); relative paths are relative to the spec file.
+    :func:`expand_env`); relative paths are relative to the spec file. With ``folds`` (e.g.
+    ``[1, 2, 3, 4, 5]``) the paths hold ``{fold}``, replaced by each fold number: one dataset of
+    several folds, summarised as the MQ2008 folds are. ``null_value``: LETOR 3.0's NULL features,
+    a fill number or ``"nan"`` (kept missing, GBDT baselines only; see ``docs/data.md``).
     """
 
     name: Annotated[str, Field(pattern=_LABEL)]
     mq2008_folds: list[Annotated[_Int, Field(ge=1, le=5)]] | None = None
+    folds: list[Annotated[_Int, Field(ge=0)]] | None = None
     train: str | None = None
     valid: str | None = None
     test: str | None = None
     n_features: Annotated[_Int, Field(ge=1)] | None = None
+    null_value: float | str | None = None
 
     @field_validator("train", "valid", "test", mode="after")
     @classmethod
     def _expand_env(cls, value: str | None) -> str | None:
         return expand_env(value) if value is not None else None
+
+    @field_validator("null_value", mode="after")
+    @classmethod
+    def _null_value(cls, value: Any) -> Any:
+        from smoothrank.data.missing import check_null_value
+
+        return check_null_value(value, "null_value")
+
+    def fold_list(self) -> list[int | None]:
+        """The folds of this dataset's cells: the MQ2008 folds, the ``folds`` of its file pattern,
+        or [None] (one triple of files)."""
+        if self.mq2008_folds is not None:
+            return list(self.mq2008_folds)
+        return list(self.folds) if self.folds is not None else [None]
+
+    def path(self, split: str, fold: int | None) -> str | None:
+        """The file of ``split`` (train, valid, test) in ``fold``: ``{fold}`` replaced by its number."""
+        path = getattr(self, split)
+        if path is None or fold is None or self.folds is None:
+            return path
+        return path.replace("{fold}", str(fold))
 
 
 class LossSpec(_Strict):
@@ -279,6 +305,8 @@ class BlendSpec(_Strict):
 
 
 class ExperimentSpec(_Strict):
+    """A whole spec (see the module docstring); :func:`expand` lists its cells."""
+
     name: Annotated[str, Field(pattern=_LABEL)]
     convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
     metrics: list[_MetricName] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
@@ -409,15 +437,17 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _data_section(ds: DatasetSpec, fold: int | None, base: Path) -> dict[str, Any]:
-    if fold is not None:
+    if ds.mq2008_folds is not None:
         return {"mq2008_fold": fold}
     out: dict[str, Any] = {}
     for split in ("train", "valid", "test"):
-        path = getattr(ds, split)
+        path = ds.path(split, fold)
         if path is not None:
             out[split] = str((base / path).resolve())
     if ds.n_features is not None:
         out["n_features"] = ds.n_features
+    if ds.null_value is not None:  # only when set: the cells of specs without it are unchanged
+        out["null_value"] = ds.null_value
     return out
 
 
@@ -447,8 +477,7 @@ def expand(spec: ExperimentSpec) -> list[Cell]:
     cells: list[Cell] = []
     base = Path(spec.base_dir)
     for ds in spec.datasets:
-        folds: list[int | None] = list(ds.mq2008_folds) if ds.mq2008_folds is not None else [None]
-        for fold in folds:
+        for fold in ds.fold_list():
             for loss, model in spec.neural_pairs():
                 for seed in spec.seeds:
                     settings = {"config": neural_config_dict(spec, loss, model, ds, fold, seed),
@@ -713,9 +742,7 @@ def _dataset_problems(spec: ExperimentSpec) -> list[str]:
             continue
         if ds.train is None or ds.test is None:
             problems.append(f"datasets.{i}: give mq2008_folds, or train and test files (valid optional)")
-        for split in files:
-            if not (base / getattr(ds, split)).is_file():
-                problems.append(f"datasets.{i}.{split}: no such file: {base / getattr(ds, split)}")
+        problems += _fold_problems(ds, i, files, base)
     return problems
 
 
@@ -852,7 +879,7 @@ def _neural_config_problems(spec: ExperimentSpec) -> list[str]:
 
     problems = []
     ds = spec.datasets[0]
-    fold = ds.mq2008_folds[0] if ds.mq2008_folds else None
+    fold = ds.fold_list()[0] if ds.fold_list() else None
     for loss, model in spec.neural_pairs():
         try:
             config = neural_config_dict(spec, loss, model, ds, fold, spec.seeds[0])
@@ -863,18 +890,48 @@ def _neural_config_problems(spec: ExperimentSpec) -> list[str]:
     return problems
 
 
+def _fold_problems(ds: DatasetSpec, i: int, files: list[str], base: Path) -> list[str]:
+    """A file dataset's folds and paths: ``{fold}`` in every path exactly when ``folds`` is given
+    (else each fold would read the same files), distinct folds, and each fold's files exist."""
+    problems: list[str] = []
+    if ds.folds is not None:
+        if not ds.folds or len(set(ds.folds)) != len(ds.folds):
+            problems.append(f"datasets.{i}.folds: expected distinct fold numbers")
+        same = [s for s in files if "{fold}" not in getattr(ds, s)]
+        problems += [f"datasets.{i}.{s}: folds are given but the path has no {{fold}} to put them in"
+                     for s in same]
+        if same:
+            return problems
+    else:
+        problems += [f"datasets.{i}.{s}: {{fold}} in the path needs folds: [1, 2, ...] beside it"
+                     for s in files if "{fold}" in getattr(ds, s)]
+    for fold in ds.fold_list():
+        for split in files:
+            path = base / str(ds.path(split, fold))
+            if not path.is_file():
+                where = f" (fold {fold})" if fold is not None else ""
+                problems.append(f"datasets.{i}.{split}: no such file{where}: {path}")
+    return problems
+
+
+def _validated(data: dict[str, Any], base_dir: str | Path) -> tuple[Any, list[str]]:
+    """The spec and every problem of ``data``. Unknown top-level keys are problems of their own:
+    the rest of the spec is still checked (a misspelt key must not hide its other errors)."""
+    unknown = [k for k in data if k not in ExperimentSpec.model_fields or k == "base_dir"]
+    problems = [f"{k}: unknown key" for k in unknown]
+    try:
+        spec = ExperimentSpec.model_validate({**{k: v for k, v in data.items() if k not in unknown},
+                                              "base_dir": str(base_dir)})
+    except ValidationError as err:
+        return None, problems + validation_problems(err)
+    return spec, problems + _semantic_problems(spec)
+
+
 def spec_from_dict(data: Any, *, source: str = "spec", base_dir: str | Path = ".") -> ExperimentSpec:
     """Validate a mapping; raise :class:`ConfigError` listing every problem, prefixed by ``source``."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
-    if "base_dir" in data:
-        raise ConfigError(f"{source}: base_dir: unknown key")
-    try:
-        spec = ExperimentSpec.model_validate({**data, "base_dir": str(base_dir)})
-    except ValidationError as err:
-        problems = validation_problems(err)
-    else:
-        problems = _semantic_problems(spec)
+    spec, problems = _validated(data, base_dir)
     if problems:
         raise problems_error(source, "experiment spec", problems)
     return spec

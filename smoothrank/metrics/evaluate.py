@@ -215,11 +215,11 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
     n_q, width = sizes.shape[0], int(sizes.max()) if sizes.size else 0
     query = np.repeat(np.arange(n_q), sizes)
     pos = np.arange(vals.shape[0]) - offs[:-1][query]
-    query, pos = torch.from_numpy(query).to(vals.device), torch.from_numpy(pos).to(vals.device)
+    query_t, pos_t = torch.from_numpy(query).to(vals.device), torch.from_numpy(pos).to(vals.device)
     out = torch.full((n_q, max(width, 1), *vals.shape[1:]), fill, dtype=vals.dtype, device=vals.device)
     mask = torch.zeros((n_q, max(width, 1)), dtype=torch.bool, device=vals.device)
-    out[query, pos] = vals
-    mask[query, pos] = True
+    out[query_t, pos_t] = vals
+    mask[query_t, pos_t] = True
     return out, mask
 
 

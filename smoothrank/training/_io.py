@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,15 @@ def load_torch_file(path: str | Path, what: str) -> Any:
     ``"{path}: {what} ({reason})"``; an error naming a file (permissions, I/O) passes through, for
     the CLI to report with its path."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # The loader's own warnings (e.g. "Detected pickle protocol 4" for any plain pickle) are
+        # held back: a file that is not a torch file gets the one clear error below, and the
+        # warnings of a file that loads are given again.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return blob
     except OSError as err:
         if err.filename is not None:
             raise

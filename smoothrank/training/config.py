@@ -51,6 +51,15 @@ class DataConfig(_Section):
     test: str | None = None
     mq2008_fold: Annotated[_Int, Field(ge=1, le=5)] | None = None
     n_features: Annotated[_Int, Field(ge=1)] | None = None
+    # LETOR 3.0's NULL features: a fill number (default 0.0, with a note), or "nan" (GBDT only).
+    null_value: float | str | None = None
+
+    @field_validator("null_value", mode="after")
+    @classmethod
+    def _null_value(cls, value: Any) -> Any:
+        from smoothrank.data.missing import check_null_value
+
+        return check_null_value(value, "null_value")
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
@@ -500,7 +509,8 @@ def dump_config(config: Config) -> str:
 def _number_keys(dumped: Any, native: Any) -> Any:
     """``dumped`` (JSON mode) with the number keys of ``native`` (Python mode) put back: JSON mode
     writes a gain mapping ``{0: 0.0, 1: 1.0}`` with string labels, which YAML would keep as strings
-    and the gain check refuses, so a run's config.yaml did not load again as a config."""
+    and the gain check would refuse: with the numbers put back, a run's config.yaml loads again as a
+    config."""
     if isinstance(dumped, dict) and isinstance(native, dict):
         by_text = {str(key): key for key in native}
         out = {}
