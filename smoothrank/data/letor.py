@@ -249,18 +249,19 @@ def _parse_file(path: Path, side: Path | None, options: ReaderOptions,
     sizes = _read_query_file(side) if side is not None else None
     context = {"source": str(path), "options": options, "query_sizes": sizes,
                "query_source": str(side) if side else None}
-    acc = None
     if path.stat().st_size >= FAST_MIN_BYTES:
         acc = new_rows()
-        with open_binary(path) as handle:
-            if not _fast_scan(_file_chunks(handle, _CHUNK_BYTES), acc, options):
-                acc.sink.close()
-                acc = None
-    if acc is None:  # small, or something the scanner leaves to the strict parser
-        acc = new_rows()
+        try:
+            with open_binary(path) as handle:
+                if _fast_scan(_file_chunks(handle, _CHUNK_BYTES), acc, options):
+                    return assemble(acc, **context)
+        finally:
+            acc.sink.close()
+    # small, or something the scanner leaves to the strict parser
+    acc = new_rows()
+    try:
         with open_binary(path) as handle:
             _strict_scan(_line_chunks(handle, _CHUNK_BYTES), acc, source=str(path), options=options)
-    try:
         return assemble(acc, **context)
     finally:
         acc.sink.close()
