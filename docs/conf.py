@@ -92,4 +92,20 @@ def _write_api_pages() -> None:
         (out / "index.rst").write_text(text)
 
 
+def _write_other_pages() -> None:
+    """``other.md``: a toctree of the ``docs/*.md`` pages that index.md does not list.
+
+    A page added to docs/ is then part of the site (and of its -W build) without an edit here.
+    """
+    import re
+
+    listed = set(re.findall(r"^([\w./-]+)$", (HERE / "index.md").read_text(), flags=re.M))
+    others = sorted(p.stem for p in HERE.glob("*.md") if p.stem not in listed | {"index", "other"})
+    text = "# Other pages\n\n```{toctree}\n:maxdepth: 1\n\n" + "".join(f"{o}\n" for o in others) + "```\n"
+    page = HERE / "other.md"
+    if not page.exists() or page.read_text() != text:
+        page.write_text(text)
+
+
 _write_api_pages()
+_write_other_pages()
