@@ -10,12 +10,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "_ext"))
 sys.path.insert(0, str(HERE.parent))
 
-import smoothrank  # noqa: E402
 from api_modules import public_modules, public_names  # noqa: E402
+
+import smoothrank  # noqa: E402
 
 project = "smoothrank"
 author = "smoothrank contributors"
-copyright = "2026, smoothrank contributors"  # noqa: A001
+copyright = "2026, smoothrank contributors"
 release = version = smoothrank.__version__
 
 extensions = [

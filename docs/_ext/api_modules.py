@@ -27,8 +27,9 @@ def public_modules() -> list[str]:
             found.append(name)
             continue
         for sub in sorted(pkgutil.iter_modules(module.__path__), key=lambda m: m.name):
-            if not sub.name.startswith("_") and hasattr(importlib.import_module(f"{name}.{sub.name}"), "__all__"):
-                found.append(f"{name}.{sub.name}")
+            full = f"{name}.{sub.name}"
+            if not sub.name.startswith("_") and hasattr(importlib.import_module(full), "__all__"):
+                found.append(full)
     return found
 
 

@@ -16,4 +16,5 @@ labels = torch.tensor([[0, 2, 1, 0, 1], [0, 0, 0, 0, 0]])
 doc_ids = [[f"q{q}-d{d}" for d in range(5)] for q in range(2)]  # trec breaks ties by document id
 for name in PRESETS:
     per_query = evaluate(scores, labels, metrics=["ndcg@3", "map"], convention=name, doc_ids=doc_ids)
-    print(f"{name:9s}", {metric: [round(v, 4) for v in values.tolist()] for metric, values in per_query.items()})
+    rounded = {metric: [round(v, 4) for v in values.tolist()] for metric, values in per_query.items()}
+    print(f"{name:9s}", rounded)

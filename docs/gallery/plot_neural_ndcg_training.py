@@ -20,7 +20,7 @@ y = torch.tensor(data.labels, dtype=torch.float32).reshape(64, 10)
 model = torch.nn.Linear(5, 1)
 optimiser = torch.optim.Adam(model.parameters(), lr=0.05)
 history = []
-for step in range(40):
+for _ in range(40):
     optimiser.zero_grad()
     scores = model(X).squeeze(-1)
     loss = losses.neural_ndcg(scores, y, temperature=1.0)
