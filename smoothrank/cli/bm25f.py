@@ -25,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="statistics folders from documents, queries and qrels",
                            description="Tokenize JSON Lines documents and queries (lowercase, split on "
                                        "non-alphanumerics, no stemming) and write BM25F statistics folders.")
-    build.add_argument("--documents", required=True, help="JSON Lines: {\"id\": ..., field: text, ...}")
+    build.add_argument("--documents", required=True, help="JSON Lines ({\"id\": ..., field: text, ...}) or "
+                       "TREC-style (<DOC><DOCNO>..</DOCNO><TITLE>..</TITLE>..</DOC>)")
     build.add_argument("--queries", required=True, action="append", metavar="[NAME=]FILE",
                        help="qid<TAB>text file; NAME=FILE (repeatable) writes OUT/NAME for each")
     build.add_argument("--qrels", required=True, help="TREC qrels: qid iteration docid relevance")

@@ -400,6 +400,17 @@ def parse_letor(
 
     ``data`` is bytes or a buffer of them (bytearray, memoryview, mmap: copied once); text (``str``)
     must be encoded first.
+
+    Examples
+    --------
+    >>> from smoothrank.data import parse_letor
+    >>> d = parse_letor(b"2 qid:1 1:0.5 2:1.0\\n0 qid:1 1:0.1 2:0.2\\n1 qid:2 1:0.3 2:0.0\\n")
+    >>> d
+    Dataset(source='<bytes>', n_queries=2, n_docs=3, n_features=2)
+    >>> d.labels
+    array([2., 0., 1.], dtype=float32)
+    >>> d.offsets
+    array([0, 2, 3])
     """
     data = _input_bytes(data)
     opts = ReaderOptions(**options)  # type: ignore[arg-type]

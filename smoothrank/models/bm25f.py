@@ -175,6 +175,7 @@ class _RawParameters(nn.Module):
         self.weights = nn.Parameter(weights.clone(), requires_grad="weights" in learn)
         self.b = nn.Parameter(b.clone(), requires_grad="b" in learn)
         self.k1 = nn.Parameter(k1.clone(), requires_grad="k1" in learn)
+        self.initial: Tensor
         self.register_buffer("initial", torch.cat([weights, b, k1.reshape(1)]))
 
     def reset_parameters(self) -> None:
