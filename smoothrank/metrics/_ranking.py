@@ -44,7 +44,10 @@ def _to_tensor(x: Any, name: str) -> Tensor:
             raise SmoothrankError(f"{name}: cannot be read as an array ({err})") from err
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
             raise SmoothrankError(f"{name}: expected numbers, got an array of dtype {arr.dtype}")
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        arr = np.ascontiguousarray(arr)
+        # A read-only array (a memory-mapped dataset's labels) is copied: torch warns of sharing it,
+        # and the metrics never write to their inputs' tensors anyway.
+        t = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
     if t.is_complex():  # casting would drop the imaginary part with only a warning
         raise SmoothrankError(f"{name}: expected real numbers, got {t.dtype}")
     return t
