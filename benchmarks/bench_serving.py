@@ -151,8 +151,14 @@ def main() -> None:
     parser.add_argument("--cold-runs", type=positive_int, default=3)
     parser.add_argument("--threads", type=positive_int, default=1)
     args = parser.parse_args()
-    set_threads(args.threads)
     formats = [f for f in args.formats.split(",") if f]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        parser.error(f"--formats: unknown format(s) {unknown}; expected some of {list(FORMATS)}")
+    unknown = [m for m in args.models.split(",") if m not in MODELS]
+    if unknown:
+        parser.error(f"--models: unknown model(s) {unknown}; expected some of {list(MODELS)}")
+    set_threads(args.threads)
     print(f"# {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
           f"threads {args.threads}, one query of {args.docs} documents")
     print("| model | path | median ms (rounds) | p90 ms (rounds) |")

@@ -22,7 +22,7 @@ import secrets
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -134,7 +134,7 @@ def _encoded(raw: IO[bytes], path: Path) -> Iterator[IO[bytes]]:
     """``raw``, gzip-compressed with mtime 0 (byte-reproducible) for a ``.gz`` destination."""
     if path.suffix == ".gz":
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped:
-            yield zipped
+            yield cast(IO[bytes], zipped)
     else:
         yield raw
 

@@ -32,12 +32,12 @@ class _Refuse(torch.autograd.Function):
     """``grad`` (a copy) whose backward raises ``message``; ``anchors`` only connect it to a graph."""
 
     @staticmethod
-    def forward(ctx: Any, message: str, grad: Tensor, *anchors: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, message: str, grad: Tensor, *anchors: Tensor) -> Tensor:
         ctx.message = message
         return grad.clone()
 
     @staticmethod
-    def backward(ctx: Any, *_: Tensor) -> Any:  # type: ignore[override]
+    def backward(ctx: Any, *_: Tensor) -> Any:
         raise NotTwiceDifferentiable(ctx.message)
 
 

@@ -81,20 +81,41 @@ def check_int_count(value: Any, name: str, *, error: type[SmoothrankError] = Smo
     return int(value)
 
 
-def check_k(k: Any) -> int | None:
-    """A cutoff: a positive integer, or None for the whole list."""
-    if k is None:
-        return None
-    if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
-        return min(k, K_LIMIT)  # exact for any int (float() would round or overflow a huge one)
-    try:
-        return min(check_positive_int(k, "k"), K_LIMIT)
-    except SmoothrankError:
-        raise SmoothrankError(f"k: must be a positive integer or None, got {k!r}") from None
-
-
 # A cutoff beyond every list means the whole list; capped so that torch can hold it (int64).
 K_LIMIT = 2**62
+
+#: The reductions of the losses and metrics: per query, their sum, their mean.
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def check_k(k: Any, *, argument: str = "k") -> int | None:
+    """A cutoff: a positive integer (3.0 is 3), or None for the whole list; capped at :data:`K_LIMIT`.
+
+    Raises
+    ------
+    SmoothrankError
+        Naming ``argument`` for anything else (a bool, 2.5, NaN, inf, a string, 0).
+    """
+    if k is None:
+        return None
+    if isinstance(k, float | np.floating) and float(k).is_integer():
+        k = int(k)
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise SmoothrankError(f"{argument}: expected a positive integer or None, got {k!r}")
+    return min(int(k), K_LIMIT)  # exact for any int (float() would round or overflow a huge one)
+
+
+def check_choice(value: Any, choices: tuple[str, ...], argument: str, *,
+                 error: type[SmoothrankError] = SmoothrankError) -> str:
+    """``value`` if it is one of the strings ``choices``; else ``error`` naming ``argument``."""
+    if not isinstance(value, str) or value not in choices:
+        raise error(f"{argument}: expected one of {choices}, got {value!r}")
+    return value
+
+
+def check_reduction(reduction: Any) -> str:
+    """One of :data:`REDUCTIONS`."""
+    return check_choice(reduction, REDUCTIONS, "reduction")
 
 
 def check_mask(mask: Any, scores: torch.Tensor, *, name: str = "scores") -> torch.Tensor:

@@ -1,24 +1,25 @@
-"""Gradient-boosting objectives from any smoothrank loss (LightGBM and XGBoost custom objectives).
+r"""Gradient-boosting objectives from any smoothrank loss (LightGBM and XGBoost custom objectives).
 
 A GBDT fits each tree to per-document gradients and Hessians of the training loss at the current
 scores. For a smoothrank loss L (any registered loss, e.g. NeuralNDCG or SoftNDCG), summed over
 the training queries,
 
 .. math::
-    g_i = \\frac{\\partial}{\\partial s_i} \\sum_q L(s_q, y_q), \\qquad
-    h_i = \\begin{cases} 1 & \\texttt{hessian="constant"} \\\\
-          \\max(|\\partial^2 \\sum_q L / \\partial s_i^2|, h_{\\min}) & \\texttt{hessian="diagonal"} \\\\
-          \\max(|\\hat g_q^\\top H_q \\hat g_q|, h_{\\min}),\\ i \\in q & \\texttt{hessian="curvature"}
-          \\end{cases}
+    g_i = \frac{\partial}{\partial s_i} \sum_q L(s_q, y_q), \qquad
+    h_i = \begin{cases} 1 & \texttt{hessian="constant"} \\
+          \max(|\partial^2 \sum_q L / \partial s_i^2|, h_{\min}) & \texttt{hessian="diagonal"} \\
+          \max(|\hat g_q^\top H_q \hat g_q|, h_{\min}),\ i \in q & \texttt{hessian="curvature"}
+          \end{cases}
 
 and the booster's Newton step gives a leaf the value ``-sum(g) / (sum(h) + lambda)``. With the
 constant Hessian the trees follow the plain gradient (first-order boosting, which works for
 every loss); ``"diagonal"`` is the exact diagonal of the Hessian, taken in absolute value as in
-saddle-free Newton (Dauphin et al. 2014) since the NDCG surrogates are not convex. For
-``rank_net``, ``lambda_rank`` and ``list_net`` (by name, bound by ``losses.get``, or the registered
-functions) it is computed in closed form, O(n^2) a query for the pairwise losses, O(n) for ListNet
-(``smoothrank.losses.pairwise.rank_net_hessian_diagonal``, ``lambda_rank_hessian_diagonal``,
-``smoothrank.losses.listwise.list_net_hessian_diagonal``). Otherwise it needs a loss that autograd
+saddle-free Newton (Dauphin et al. 2014) since the NDCG surrogates are not convex. For a loss
+registered with a ``hessian_diagonal`` (:func:`smoothrank.losses.register`; ``rank_net``,
+``lambda_rank`` and ``list_net``, by name, bound by ``losses.get``, or the registered functions) it
+is computed in closed form, O(n^2) a query for the pairwise losses, O(n) for ListNet
+(:func:`smoothrank.losses.rank_net_hessian_diagonal`, ``lambda_rank_hessian_diagonal``,
+``list_net_hessian_diagonal``). Otherwise it needs a loss that autograd
 can differentiate twice (``list_mle``, ``approx_ndcg``, ``rmse``, or a loss of one's own) and costs
 one extra backward pass per list position (blocks of positions share one vectorised pass).
 For ``lambda_rank`` it is LambdaMART's own Hessian, ``sigma^2 sum_j |Delta NDCG_ij| rho_ij
@@ -39,7 +40,9 @@ gradient's.
 
 A query whose loss does not depend on its scores (no relevant document under an NDCG loss, or
 all labels equal) gets a zero gradient *and* a zero Hessian, so it neither pulls a leaf nor
-dilutes it, as in LambdaMART. Under the NDCG losses (:data:`NDCG_LOSSES`) a query whose labels
+dilutes it, as in LambdaMART. Under a loss registered with ``constant_on_equal_labels`` (the NDCG
+surrogates, ``lambda_rank``, ``rank_net``: :attr:`smoothrank.losses.LossInfo.constant_on_equal_labels`)
+a query whose labels
 are all equal is such a query even where the surrogate still moves with the scores (NeuralNDCG by
 Sinkhorn's residual, about 1e-6; ApproxNDCG and SoftNDCG by their smoothing): the metric they
 stand for is constant there. Row weights (LightGBM's ``weight``, XGBoost's ``weight``)
@@ -74,10 +77,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from smoothrank import losses
 from smoothrank._autograd import NotTwiceDifferentiable
 from smoothrank.data.batching import length_buckets
 from smoothrank.errors import SmoothrankError
-from smoothrank.losses import BoundLoss
 
 __all__ = ["HESSIANS", "boosting_gradients", "check_min_hessian", "check_objective", "lgbm_ranker_objective",
            "lightgbm_objective", "xgboost_objective"]
@@ -94,8 +97,8 @@ _CURVATURE_STEP = 1e-2
 # The diagonal Hessian by autograd (every loss without a closed form) takes one backward pass per
 # list position; a block of positions shares one vectorised pass. Blocks are sized as if the loss
 # were pairwise (block * rows * width^2 slots), which bounds the memory of the quadratic losses; 2^18
-# is the largest budget that slowed none of the twice-differentiable losses on MQ2008 when RankNet
-# and LambdaRank still used it (0.9-1.7x the speed of one position a pass; bigger blocks help the
+# is the largest budget that slows none of the twice-differentiable losses on MQ2008, RankNet and
+# LambdaRank by autograd included (0.9-1.7x the speed of one position a pass; bigger blocks help the
 # listwise losses and hurt the quadratic ones; docs/BENCHMARKS.md). _DIAG_BLOCK > 0 fixes it.
 _DIAG_PAIR_BUDGET = 1 << 18
 _DIAG_BLOCK = 0
@@ -105,8 +108,6 @@ _FLAT_KERNELS = True
 
 def _bind(loss: str | Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
     if isinstance(loss, str):
-        from smoothrank import losses
-
         return losses.get(loss, **options)
     if not callable(loss):
         raise SmoothrankError(f"loss: expected a loss name or a callable, got {type(loss).__name__}")
@@ -114,11 +115,6 @@ def _bind(loss: str | Callable[..., Any], options: dict[str, Any]) -> Callable[.
         raise SmoothrankError(f"loss: options {sorted(options)} are for a loss given by name; bind them "
                               "with smoothrank.losses.get(name, ...) for a callable")
     return loss
-
-
-#: Losses smoothing NDCG (or its pairs), constant on a query whose labels are all equal.
-NDCG_LOSSES = frozenset({"neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "soft_ndcg", "lambda_rank",
-                         "rank_net"})
 
 
 def _loss_name(loss: Callable[..., Any]) -> str:
@@ -197,8 +193,9 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
     weights : optional per-document weights multiplying the gradient and the Hessian (taken as
         given, as LightGBM takes them: a negative weight gives a negative Hessian)
     hessian : ``"constant"`` (1 for every document of a query the loss depends on),
-        ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; in closed form for ``rank_net``,
-        ``lambda_rank`` and ``list_net``, else by autograd, which needs a twice-differentiable loss)
+        ``"diagonal"`` (``max(|d^2 L / d s_i^2|, min_hessian)``; in closed form for a loss registered
+        with a ``hessian_diagonal`` (``rank_net``, ``lambda_rank``, ``list_net``), else by
+        autograd, which needs a twice-differentiable loss)
         or ``"curvature"`` (the query's curvature along its gradient, floored at ``min_hessian``,
         for each of its documents; any loss, two more gradient passes)
     min_hessian : the floor of the diagonal and curvature Hessians (> 0). At its default, a
@@ -232,7 +229,8 @@ def boosting_gradients(loss: str | Callable[..., Any], scores: Any, labels: Any,
         raw = boosting_kernels.flat_gradients(fn, s, y, sizes, hessian=hessian, dtype=dtype, device=device)
     if raw is None:
         raw = _padded_gradients(fn, s, y, sizes, hessian, dtype, device, chunk_items)
-    ndcg_like = _loss_name(fn) in NDCG_LOSSES
+    described = losses.find(fn)
+    ndcg_like = described is not None and described.constant_on_equal_labels
     curvature = hessian == "curvature"
     grad, hess, flat_queries, live_queries = _finish(raw, y, sizes, ndcg_like=ndcg_like,
                                                      min_hessian=min_hessian, curvature=curvature)
@@ -334,23 +332,17 @@ def _batch_grad_hess(fn: Callable[..., Any], scores: torch.Tensor, labels: torch
 
 
 def _closed_form_diagonal(fn: Callable[..., Any]) -> Callable[..., torch.Tensor] | None:
-    """The loss's Hessian diagonal in closed form, its options bound, where smoothrank has one."""
-    from smoothrank.losses import listwise, pairwise
-
-    # By identity: a loss of one's own need not be hashable (a dataclass with eq=True is not).
-    forms = ((pairwise.rank_net, pairwise.rank_net_hessian_diagonal),
-             (pairwise.lambda_rank, pairwise.lambda_rank_hessian_diagonal),
-             (listwise.list_net, listwise.list_net_hessian_diagonal))
-    for loss, diagonal in forms:
-        if fn is loss:  # the registered function itself, at its defaults
-            return diagonal
-        if isinstance(fn, BoundLoss) and fn.__wrapped__ is loss:
-            return functools.partial(diagonal, **fn.options)
-    return None
+    """The loss's Hessian diagonal in closed form, its options bound, where it is registered with one."""
+    described = losses.find(fn)
+    if described is None or described.hessian_diagonal is None:
+        return None
+    if isinstance(fn, losses.BoundLoss):
+        return functools.partial(described.hessian_diagonal, **fn.options)
+    return described.hessian_diagonal
 
 
 def _hessian_diagonal(grad: torch.Tensor, scores: torch.Tensor, block: int) -> torch.Tensor:
-    """d grad_ij / d s_ij for every (query i, position j), from a differentiable ``grad``."""
+    """The derivative d grad_ij / d s_ij for every (query i, position j), from a differentiable ``grad``."""
     try:
         return _diagonal_in_blocks(grad, scores, block)
     except RuntimeError:
@@ -415,7 +407,7 @@ def _batch_grad_curvature(fn: Callable[..., Any], scores: torch.Tensor, labels: 
     return grad, curvature.expand_as(grad).masked_fill(~mask, 0.0)
 
 
-def _bound_generators(fn: Callable[..., Any]) -> list[torch.Generator]:
+def _bound_generators(fn: Any) -> list[torch.Generator]:
     """The ``torch.Generator`` options a bound loss (``losses.get``) draws from."""
     return [v for v in getattr(fn, "options", {}).values() if isinstance(v, torch.Generator)]
 

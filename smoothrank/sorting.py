@@ -203,6 +203,15 @@ def neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: floa
     -------
     Tensor, shape (batch, n, n)
         Row r-1 is rank r, column j is input position j; padded ranks/items are zero rows/columns.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.sorting import neural_sort
+    >>> neural_sort(torch.tensor([[0.1, 2.0, 1.0]]), temperature=0.1).round(decimals=3)
+    tensor([[[0., 1., 0.],
+             [0., 0., 1.],
+             [1., 0., 0.]]])
     """
     mask = check_scores_mask(scores, mask)
     tau = within_dtype(_check_temperature(temperature), scores.dtype, divides=True)
@@ -417,7 +426,7 @@ class _SinkhornScaling(torch.autograd.Function):
     """Scaling vectors (u, v) with diag(u) K diag(v) doubly stochastic; see ``sinkhorn_scaling``."""
 
     @staticmethod
-    def forward(ctx, k, row_f, col_f, max_iter, tol, chunk):  # type: ignore[override]
+    def forward(ctx, k, row_f, col_f, max_iter, tol, chunk):
         batch, n, _ = k.shape
         us = k.new_zeros(batch, max_iter, n)
         vs = k.new_zeros(batch, max_iter + 1, n)  # v_0 .. v_T
@@ -437,7 +446,7 @@ class _SinkhornScaling(torch.autograd.Function):
     @staticmethod
     @first_derivative_only("Sinkhorn scaling")
     @without_autocast
-    def backward(ctx, gu, gv, _gerr):  # type: ignore[override]
+    def backward(ctx, gu, gv, _gerr):
         k, us, vs, active = ctx.saved_tensors
         gu = torch.zeros_like(us[:, 0]) if gu is None else gu
         gv = torch.zeros_like(vs[:, 0]) if gv is None else gv
@@ -560,7 +569,16 @@ def sinkhorn_with_info(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] |
 
 def sinkhorn(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | None = None,
              max_iter: int = 30, tol: float = 1e-6) -> Tensor:
-    """Sinkhorn scaling of a nonnegative ``(batch, n, n)`` matrix; see :func:`sinkhorn_with_info`."""
+    """Sinkhorn scaling of a nonnegative ``(batch, n, n)`` matrix; see :func:`sinkhorn_with_info`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.sorting import sinkhorn
+    >>> ds = sinkhorn(torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]))
+    >>> ds.sum(-1).round(decimals=4), ds.sum(-2).round(decimals=4)
+    (tensor([[1., 1.]]), tensor([[1., 1.]]))
+    """
     return sinkhorn_with_info(matrix, mask=mask, max_iter=max_iter, tol=tol)[0]
 
 
@@ -592,7 +610,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, s, b, coef, rows_f, cols_f, left, right, tau, sinkhorn, transposed, max_iter, tol,
-                chunk):  # type: ignore[override]
+                chunk):
         # s, b, coef are in the wide dtype (P-hat's logits); everything else is in the scores' dtype.
         batch, n = s.shape
         value, err = left.new_zeros(batch), left.new_zeros(batch)
@@ -621,7 +639,7 @@ class _NeuralSortBilinear(torch.autograd.Function):
     @staticmethod
     @first_derivative_only("NeuralNDCG (NeuralSort and Sinkhorn)")
     @without_autocast
-    def backward(ctx, gval, _gerr):  # type: ignore[override]
+    def backward(ctx, gval, _gerr):
         s, b, coef, rows_f, cols_f, left, right, us, vs, active, u_fin, v_fin = ctx.saved_tensors
         tau, sinkhorn, transposed, chunk = ctx.opts
         grad_s, grad_b = torch.zeros_like(s), torch.zeros_like(b)

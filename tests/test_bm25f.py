@@ -12,7 +12,7 @@ from smoothrank.data.bm25f import packed_width
 from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.losses import get as get_loss
 from smoothrank.metrics import evaluate
-from smoothrank.models import BM25F, build_model
+from smoothrank.models import BM25F, build_model, reinitialize
 from smoothrank.models.bm25f import bm25f_scores, pack_bm25f, unpack_bm25f
 from smoothrank.models.bm25f_export import combined_fields_snippet, most_fields_snippet
 from smoothrank.training.config import config_from_dict
@@ -111,7 +111,7 @@ def test_model_gradients_through_the_parameterisation_match_finite_differences()
     params = [model.raw_weights, model.raw_b, model.raw_k1]
 
     def f(*raw):
-        named = dict(zip(["raw_weights", "raw_b", "raw_k1"], raw, strict=True))
+        named = dict(zip(["raw.weights", "raw.b", "raw.k1"], raw, strict=True))
         return torch.func.functional_call(model, named, (x,))
 
     assert torch.autograd.gradcheck(f, tuple(p.detach().clone().requires_grad_() for p in params))
@@ -153,6 +153,8 @@ def test_initial_values_are_the_given_ones_and_stay_in_range():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 50)
     assert (model.weights >= 0).all() and ((model.b >= 0) & (model.b <= 1)).all() and model.k1 > 0
+    reinitialize(model)  # the SoftRank schedule's re-initialisation: back to the initial values
+    assert model.parameters_dict() == params
 
 
 def test_config_builds_the_model_and_refuses_bad_options():

@@ -140,6 +140,30 @@ def test_bad_documents_are_errors_naming_the_line(corpus, line, message):
         _stats(corpus)
 
 
+def test_trec_style_documents_give_the_same_statistics_as_json_lines(corpus):
+    build_statistics(corpus / "docs.jsonl", corpus / "train.tsv", corpus / "qrels.txt", corpus / "from_jsonl")
+    trec = "".join(f"<DOC>\n<DOCNO> {d['id']} </DOCNO>\n"
+                   + (f"<TITLE>{d['title']}</TITLE>\n" if d["title"] else "")
+                   + f"<BODY>{d['body']}</BODY>\n</DOC>\n" for d in DOCS)  # 24 lines
+    (corpus / "docs.trec").write_text(trec)
+    build_statistics(corpus / "docs.trec", corpus / "train.tsv", corpus / "qrels.txt", corpus / "from_trec",
+                     fields=["title", "body"])
+    for name in ("fields.tsv", "lengths.tsv", "tf.tsv", "df.tsv", "n_docs.txt", "qrels.txt"):
+        assert (corpus / "from_trec" / name).read_text() == (corpus / "from_jsonl" / name).read_text(), name
+    (corpus / "docs.trec").write_text(trec + "<DOC>\n<TITLE>no number</TITLE>\n</DOC>\n")
+    with pytest.raises(DataFormatError, match=r"docs.trec:25: expected one non-empty <DOCNO>"):
+        build_statistics(corpus / "docs.trec", corpus / "train.tsv", corpus / "qrels.txt", corpus / "x")
+    (corpus / "docs.trec").write_text(trec + "<DOC>\n<DOCNO>d9</DOCNO>\n")
+    with pytest.raises(DataFormatError, match=r"docs.trec:25: text after the last </DOC>"):
+        build_statistics(corpus / "docs.trec", corpus / "train.tsv", corpus / "qrels.txt", corpus / "x")
+
+
+def test_builder_refuses_a_field_empty_everywhere(corpus):
+    with pytest.raises(DataFormatError, match=r"field\(s\) \['anchor'\] empty in every document"):
+        build_statistics(corpus / "docs.jsonl", corpus / "train.tsv", corpus / "qrels.txt", corpus / "stats",
+                         fields=["title", "anchor"])
+
+
 def test_builder_refuses_repeated_ids_and_judged_documents_missing_from_the_collection(corpus):
     docs = (corpus / "docs.jsonl").read_text()
     (corpus / "docs.jsonl").write_text(docs + json.dumps(DOCS[0]) + "\n")

@@ -46,9 +46,8 @@ def _total(name: str, scores: torch.Tensor, labels: np.ndarray, **options) -> to
 
 
 # losses whose value is a deterministic function of the scores (ListMLE draws its tie-breaks)
-DETERMINISTIC = ["neural_ndcg", "neural_ndcg_transposed", "soft_ndcg", "approx_ndcg", "list_net", "rank_net",
-                 "lambda_rank", "rmse"]
-TWICE_DIFFERENTIABLE = ["approx_ndcg", "list_net", "rank_net", "lambda_rank", "rmse"]
+DETERMINISTIC = [name for name in losses.available() if not losses.info(name).random]
+TWICE_DIFFERENTIABLE = [name for name in DETERMINISTIC if losses.info(name).twice_differentiable]
 
 
 @pytest.mark.parametrize("name", DETERMINISTIC)
@@ -280,8 +279,8 @@ def test_a_query_without_a_relevant_document_neither_pulls_nor_dilutes_a_leaf(pr
         assert (hess[:5] > 0).all()
 
 
-@pytest.mark.parametrize("name", ["neural_ndcg", "neural_ndcg_transposed", "approx_ndcg", "soft_ndcg",
-                                  "lambda_rank"])
+@pytest.mark.parametrize("name", [name for name in losses.available()
+                                  if losses.info(name).constant_on_equal_labels])
 def test_a_query_of_equal_labels_neither_pulls_nor_dilutes_a_leaf_under_an_ndcg_loss(name):
     # NDCG is constant there; NeuralNDCG left Sinkhorn's residual (1e-6) and a Hessian of 1 (a
     # review found it), ApproxNDCG and SoftNDCG their smoothing's gradient.

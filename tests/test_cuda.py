@@ -68,13 +68,12 @@ def test_every_loss_is_finite_in_float32_on_cuda(name: str) -> None:
     assert torch.isfinite(value).all() and torch.isfinite(on_gpu.grad).all()
 
 
-@pytest.mark.parametrize("name", ["rank_net", "lambda_rank", "list_net"])
+@pytest.mark.parametrize("name", [name for name in losses.available() if losses.info(name).hessian_diagonal])
 def test_the_closed_form_hessian_diagonal_on_cuda_equals_the_cpu_value(name: str) -> None:
     from smoothrank import boosting
-    from smoothrank.losses import listwise, pairwise
 
-    diagonal = getattr(listwise if name == "list_net" else pairwise, f"{name}_hessian_diagonal")
-    options = {} if name == "list_net" else {"k": 5}
+    diagonal = losses.info(name).hessian_diagonal
+    options = {"k": 5} if "k" in losses.options(name) else {}
     scores, labels, mask = _slates()
     cpu = diagonal(scores, labels, mask=mask, reduction="sum", **options)
     gpu = diagonal(scores.to(CUDA), labels.to(CUDA), mask=mask.to(CUDA), reduction="sum", **options)

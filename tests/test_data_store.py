@@ -196,6 +196,7 @@ def test_cache_command_lists_and_clears(synthetic, capsys):
     assert "removed 1 entry" in capsys.readouterr().out and store.entries() == []
 
 
+@pytest.mark.slow
 def test_training_on_the_store_gives_the_model_of_in_memory_arrays(tmp_path):
     import torch
 
@@ -213,7 +214,7 @@ def test_training_on_the_store_gives_the_model_of_in_memory_arrays(tmp_path):
             "seed": 0, "data": {"train": str(train_file), "valid": str(valid_file)},
             "model": {"kind": "mlp", "hidden": [8]}, "loss": {"name": "list_net"},
             "transforms": ["signed_log1p", "standardize"],
-            "training": {"epochs": 2, "batch_size": 8, "list_size": 16},
+            "training": {"epochs": 1, "batch_size": 8, "list_size": 16},
             "output": {"run_dir": str(tmp_path / f"run-{cached}")}})
         models[cached] = train(config, quiet=True, splits=splits).model.state_dict()
     assert models[True].keys() == models[False].keys()
@@ -296,3 +297,21 @@ def test_transforms_of_a_store_are_file_backed_and_equal_in_memory_ones(syntheti
         out = Compose(steps).fit(mapped).transform(mapped)
         assert isinstance(out.features, np.memmap)  # every step: no in-memory copy of the split
         np.testing.assert_array_equal(out.features, expected.features)
+
+
+def test_train_predict_and_evaluate_share_one_entry(tmp_path):
+    from smoothrank.cli import main
+
+    data = write_synthetic_letor(tmp_path / "big.txt", 20, (80, 100), 100, seed=5)
+    assert data.stat().st_size >= letor.AUTO_CACHE_BYTES  # cached without asking
+    config = tmp_path / "c.yaml"
+    config.write_text(f"seed: 0\ndata: {{train: {data}}}\nmodel: {{kind: mlp, hidden: [4]}}\n"
+                      "loss: {name: list_net}\ntransforms: [signed_log1p, standardize]\n"
+                      f"training: {{epochs: 1}}\noutput: {{run_dir: {tmp_path / 'run'}}}\n")
+    assert main(["train", str(config), "--quiet"]) == 0
+    model, out = str(tmp_path / "run" / "model.pt"), str(tmp_path / "p.txt")
+    assert main(["predict", model, str(data), "--out", out]) == 0
+    assert main(["evaluate", "--data", str(data), "--predictions", str(tmp_path / "p.txt"),
+                 "--metrics", "ndcg@10"]) == 0
+    assert [e.source for e in store.entries()] == [os.path.realpath(data)]
+    assert not [p for p in store.cache_dir().iterdir() if p.name.startswith(".tmp-")]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 from smoothrank.cli import CLIError
+from smoothrank.errors import SmoothrankWarning
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="statistics folders from documents, queries and qrels",
                            description="Tokenize JSON Lines documents and queries (lowercase, split on "
                                        "non-alphanumerics, no stemming) and write BM25F statistics folders.")
-    build.add_argument("--documents", required=True, help="JSON Lines: {\"id\": ..., field: text, ...}")
+    build.add_argument("--documents", required=True, help="JSON Lines ({\"id\": ..., field: text, ...}) or "
+                       "TREC-style (<DOC><DOCNO>..</DOCNO><TITLE>..</TITLE>..</DOC>)")
     build.add_argument("--queries", required=True, action="append", metavar="[NAME=]FILE",
                        help="qid<TAB>text file; NAME=FILE (repeatable) writes OUT/NAME for each")
     build.add_argument("--qrels", required=True, help="TREC qrels: qid iteration docid relevance")
@@ -111,6 +114,10 @@ def run_export(args: argparse.Namespace) -> int:
     if not isinstance(loaded.model, BM25F):
         kind = loaded.config.get("model", {}).get("kind")
         raise CLIError(f"{path}: not a BM25F model (model.kind {kind!r})")
+    if loaded.model.combine is not None:
+        warnings.warn(f"{path}: the model combines the BM25F score with {loaded.model.query_independent} "
+                      "query-independent feature(s) in a net; the files hold the BM25F parameters only",
+                      SmoothrankWarning, stacklevel=1)
     params = loaded.model.parameters_dict()
     files = write_parameters(params, args.out)
     print(json.dumps(params, indent=2))

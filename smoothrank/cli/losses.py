@@ -1,4 +1,5 @@
-"""``smoothrank losses``: the registered losses and their options (with defaults)."""
+"""``smoothrank losses``: the registered losses, their options (with defaults) and what the registry
+knows of each (family, which queries count, a closed-form Hessian diagonal)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from smoothrank import losses
 
-    for name in sorted(losses.available()):
+    for name in losses.available():
         options = losses.options(name)
         shown = ", ".join(f"{key}={value!r}" for key, value in options.items()) or "(no options)"
-        print(f"{name}: {shown}")
+        described = losses.info(name)
+        counts = "positive ideal DCG" if described.relevance == "gain" else "a positive label"
+        if described.distinct_labels:
+            counts += ", two labels"
+        extras = [described.family, f"counts queries with {counts}"]
+        if described.hessian_diagonal is not None:
+            extras.append("closed-form Hessian diagonal")
+        print(f"{name}: {shown}  [{'; '.join(extras)}]")
     return 0

@@ -47,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
             if values:
                 shown = "  ".join(f"{k}={v:.4f}" for k, v in values.items())
                 print(f"{split} [{convention} convention]: {shown}")
-        print(f"model: {result.run_dir / MODEL_FILE}", file=sys.stdout)
+        if result.run_dir is not None:  # train() sets it
+            print(f"model: {result.run_dir / MODEL_FILE}", file=sys.stdout)
     return 0

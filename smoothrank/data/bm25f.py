@@ -224,7 +224,7 @@ def _read_lengths(folder: Path, fields: Mapping[str, float]) -> dict[str, dict[s
 
 
 def _read_idf(folder: Path) -> tuple[dict[str, float], str]:
-    """term -> idf, and the file it came from."""
+    """Term -> idf, and the file it came from."""
     idf_path, df_path, n_path = folder / "idf.tsv", folder / "df.tsv", folder / "n_docs.txt"
     if idf_path.is_file() and df_path.is_file():
         raise DataFormatError(f"{folder}: both idf.tsv and df.tsv; give one")
@@ -278,7 +278,7 @@ def _read_doc_features(folder: Path) -> tuple[tuple[str, ...], dict[str, np.ndar
 def _read_tf(path: Path, qrels: Mapping[str, Mapping[str, tuple[float, int]]], fields: Mapping[str, float],
              lengths: Mapping[str, Mapping[str, float]], idf: Mapping[str, float], idf_source: str
              ) -> dict[str, dict[tuple[str, str, str], float]]:
-    """qid -> (docid, term, field) -> tf, every row checked against the other files."""
+    """Qid -> (docid, term, field) -> tf, every row checked against the other files."""
     table: dict[str, dict[tuple[str, str, str], float]] = {}
     seen: dict[tuple[str, str, str, str], str] = {}
     for where, (qid, docid, term, field, text) in _columns(path, ("qid", "docid", "term", "field", "tf")):

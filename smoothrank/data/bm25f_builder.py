@@ -3,8 +3,10 @@
 Inputs:
 
 - documents: JSON Lines, one object per line, ``{"id": "d1", "title": "...", "body": "..."}``; every
-  other key with a string value is a field (or only the ``fields`` asked for, in that order). A
-  field that a document lacks (or holds ``null``) is empty.
+  other key with a string value is a field (or only the ``fields`` asked for, in that order). Or
+  TREC-style ``<DOC><DOCNO>d1</DOCNO><TITLE>...</TITLE><BODY>...</BODY></DOC>``: every tag but
+  ``DOCNO`` is a field, named in lowercase. A field that a document lacks (or holds ``null``) is
+  empty.
 - queries: ``qid<TAB>text``, one per line.
 - qrels: TREC ``qid iteration docid relevance``.
 
@@ -43,11 +45,7 @@ def tokenize(text: str) -> list[str]:
 
 
 def _text_lines(path: Path) -> Iterator[tuple[str, str]]:
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise DataFormatError(f"{path}: not UTF-8 text (offset {err.start})") from None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if line.strip():
             yield f"{path}:{number}", line
 
@@ -73,26 +71,70 @@ def _document(where: str, line: str, fields: Sequence[str] | None) -> tuple[str,
     return str(docid).strip(), texts
 
 
+_TREC_DOC = re.compile(r"<DOC>(.*?)</DOC>", re.S | re.I)
+_TREC_TAG = re.compile(r"<([A-Za-z][\w-]*)>(.*?)</\1>", re.S)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DataFormatError(f"{path}: not UTF-8 text (offset {err.start})") from None
+
+
+def _trec_documents(path: Path, fields: Sequence[str] | None) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """``(where, docid, {field: text})`` of a TREC-style file: ``<DOC><DOCNO>id</DOCNO><TITLE>...</TITLE>
+    <BODY>...</BODY></DOC>``; each other tag is a field (its name lowercased, repeats joined)."""
+    text, end = _read_text(path), 0
+    for match in _TREC_DOC.finditer(text):
+        where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
+        if text[end:match.start()].strip():
+            raise DataFormatError(f"{where}: text outside <DOC>...</DOC> before this document")
+        end = match.end()
+        tags: dict[str, list[str]] = {}
+        for tag in _TREC_TAG.finditer(match.group(1)):
+            tags.setdefault(tag.group(1).lower(), []).append(tag.group(2))
+        docno = [d.strip() for d in tags.pop("docno", [])]
+        if len(docno) != 1 or not docno[0]:
+            raise DataFormatError(f"{where}: expected one non-empty <DOCNO> in the document")
+        names = list(fields) if fields is not None else list(tags)
+        yield where, docno[0], {name: " ".join(tags.get(name, [])) for name in names}
+    rest = text[end:]
+    if rest.strip():
+        where = f"{path}:{text.count(chr(10), 0, end + len(rest) - len(rest.lstrip())) + 1}"
+        raise DataFormatError(f"{where}: text after the last </DOC> (an unclosed <DOC>?)")
+
+
+def _jsonl_documents(path: Path, fields: Sequence[str] | None) -> Iterator[tuple[str, str, dict[str, str]]]:
+    for where, line in _text_lines(path):
+        docid, texts = _document(where, line, fields)
+        yield where, docid, texts
+
+
 def read_documents(path: str | Path, fields: Sequence[str] | None = None
                    ) -> Iterator[tuple[str, dict[str, list[str]]]]:
-    """Yield ``(docid, {field: tokens})`` for each document of a JSON Lines file.
+    """Yield ``(docid, {field: tokens})`` for each document of a JSON Lines file, or of a TREC-style
+    file (one whose first non-blank character is ``<``: ``<DOC><DOCNO>..</DOCNO><TITLE>..</TITLE>
+    ..</DOC>``, tags as fields, lowercased).
 
-    ``fields`` None: the fields of the first document (its keys other than ``id``); every later
-    document is read with the same fields. Raises :class:`DataFormatError` naming the line of a
-    malformed document or a repeated id.
+    ``fields`` None: the fields of the first document (its keys other than ``id``, or its tags other
+    than ``DOCNO``); every later document is read with the same fields. Raises
+    :class:`DataFormatError` naming the line of a malformed document or a repeated id.
     """
+    path = Path(path)
+    with path.open("rb") as handle:
+        trec = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<")
     seen: dict[str, str] = {}
     names = list(fields) if fields is not None else None
-    for where, line in _text_lines(Path(path)):
-        docid, texts = _document(where, line, names)
+    for where, docid, texts in (_trec_documents if trec else _jsonl_documents)(path, names):
         if names is None:
             names = list(texts)
             if not names:
-                raise DataFormatError(f"{where}: the first document has no field besides \"id\"")
+                raise DataFormatError(f"{where}: the first document has no field besides its id")
         if docid in seen:
             raise DataFormatError(f"{where}: document id {docid!r} repeats {seen[docid]}")
         seen[docid] = where
-        yield docid, {name: tokenize(texts[name]) for name in names}
+        yield docid, {name: tokenize(texts.get(name, "")) for name in names}
 
 
 def read_queries(path: str | Path) -> dict[str, list[str]]:
@@ -127,6 +169,9 @@ def _collection(documents: str | Path, fields: Sequence[str] | None, terms: set[
             counts[docid] = {name: Counter(toks) for name, toks in tokens.items()}
     if n_docs == 0:
         raise DataFormatError(f"{documents}: no document")
+    empty = [f for f in names if total[f] == 0]
+    if empty:
+        raise DataFormatError(f"{documents}: field(s) {empty} empty in every document (no average length)")
     return {"n_docs": n_docs, "fields": names, "avg": {f: total[f] / n_docs for f in names}, "df": df,
             "counts": counts}
 

@@ -235,7 +235,7 @@ def _check_loss_objective(library: str, objective: str, loss_options: dict[str, 
         raise ConfigError(f"{where}.hessian: {err}") from None
 
 
-def _floor(min_hessian: float | None) -> dict[str, float]:
+def _floor(min_hessian: float | None) -> dict[str, Any]:
     """``min_hessian`` as a keyword for smoothrank.boosting, or none for its default."""
     return {} if min_hessian is None else {"min_hessian": float(min_hessian)}
 
@@ -597,7 +597,8 @@ def _fit_xgboost(xgb: Any, train: Any, valid: Any | None, *, objective: str, par
         key = select_name
     # qid per row; rows of a query are contiguous and queries ascending, as XGBoost requires.
     dtrain = xgb.DMatrix(train.features, label=train.labels, qid=train.query_of_row())
-    evals, evals_result = [], {}
+    evals: list[Any] = []
+    evals_result: dict[str, Any] = {}
     if valid is not None:
         evals.append((xgb.DMatrix(valid.features, label=valid.labels, qid=valid.query_of_row()), "valid"))
     booster = xgb.train(full, dtrain, num_boost_round=num_boost_round, evals=evals, obj=custom,

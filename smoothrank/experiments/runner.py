@@ -319,6 +319,8 @@ def _interrupt_workers() -> None:
     if os.name != "posix":
         return
     for child in multiprocessing.active_children():
+        if child.pid is None:  # not started
+            continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGINT)
 

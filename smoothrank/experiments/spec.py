@@ -305,6 +305,8 @@ class BlendSpec(_Strict):
 
 
 class ExperimentSpec(_Strict):
+    """A whole spec (see the module docstring); :func:`expand` lists its cells."""
+
     name: Annotated[str, Field(pattern=_LABEL)]
     convention: Literal["letor4", "lightgbm", "trec"] = "letor4"
     metrics: list[_MetricName] = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]

@@ -21,19 +21,21 @@ Behaviour common to every loss (documented once here):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from smoothrank import gains as _gains
-from smoothrank._checks import check_k, check_mask, check_positive
+from smoothrank._checks import REDUCTIONS, check_k, check_mask, check_positive, check_reduction
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
-from smoothrank.metrics import _ranking as _metric_inputs
 
-REDUCTIONS = ("mean", "sum", "none")
+__all__ = ["REDUCTIONS", "NdcgTerms", "check_inputs", "check_k", "check_positive", "check_reduction",
+           "has_relevant", "ideal_dcg", "ndcg_loss", "ndcg_terms", "predicted_ranks", "rank_discounts",
+           "real_gains", "reduce", "reduce_rows", "refuse_beyond_range", "safe_divide"]
 
 
 def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -59,8 +61,8 @@ def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, T
     if scores.dim() == 1:
         scores = scores.unsqueeze(0)
         labels = labels.unsqueeze(0) if labels.dim() == 1 else labels
-        # A tensor or a numpy mask, as check_mask takes both (a 1-D numpy mask was refused against the
-        # unsqueezed scores).
+        # A tensor or a numpy mask, as check_mask takes both: a 1-D mask of one query is unsqueezed
+        # with the scores.
         mask = mask[None] if isinstance(mask, Tensor | np.ndarray) and mask.ndim == 1 else mask
     if scores.dim() != 2:
         raise SmoothrankError(f"scores: expected shape (batch, list_size), got {tuple(scores.shape)}")
@@ -90,25 +92,6 @@ def check_inputs(scores: Any, labels: Any, mask: Any) -> tuple[Tensor, Tensor, T
     return scores, labels, mask
 
 
-def check_reduction(reduction: Any) -> str:
-    if reduction not in REDUCTIONS:
-        raise SmoothrankError(f"reduction: expected one of {REDUCTIONS}, got {reduction!r}")
-    return reduction
-
-
-__all__ = ["check_k", "check_positive"]  # re-exported: the losses' option checks
-
-
-def check_gain_discount(gain: Any, discount: Any) -> None:
-    try:
-        _gains.check_gain(gain)
-        _gains.check_discount(discount)
-    except SmoothrankError:
-        raise
-    except ValueError as err:
-        raise SmoothrankError(str(err)) from None
-
-
 def real_gains(labels: Tensor, mask: Tensor, gain: Any) -> Tensor:
     """Gains of the real items, 0 at padded positions (the gain is never evaluated on padding,
     so a mapping need not cover the filler label). As for the metrics: a callable must be
@@ -117,12 +100,12 @@ def real_gains(labels: Tensor, mask: Tensor, gain: Any) -> Tensor:
 
     Each query's gains come scaled by a power of two (largest in [0.5, 1)): every loss using them
     is a ratio of sums of gains, unchanged to the bit, and no sum of finite gains overflows."""
-    g = _metric_inputs.real_gains(labels, mask, gain)
+    g = _gains.real_gains(labels, mask, gain)
     if bool((g < 0).any()):
         label = labels[g < 0].min().item()
         raise SmoothrankError(f"gain: label {label:g} has a negative gain; the NDCG-based losses need gains "
                               ">= 0 (map negative labels with a gain mapping, e.g. gain={-1: 0, 0: 0, 1: 1})")
-    return _metric_inputs.scale_rows_to_unit(g)
+    return _gains.scale_rows_to_unit(g)
 
 
 def rank_discounts(mask: Tensor, discount: Any, k: int | None, dtype: torch.dtype) -> Tensor:
@@ -130,12 +113,7 @@ def rank_discounts(mask: Tensor, discount: Any, k: int | None, dtype: torch.dtyp
     n = mask.shape[-1]
     m = mask.sum(-1, keepdim=True)
     ranks = torch.arange(1, n + 1, device=mask.device, dtype=dtype).expand(mask.shape[0], n)
-    try:
-        d = _gains.discount(ranks, discount, list_size=m.to(dtype))
-    except SmoothrankError:
-        raise
-    except ValueError as err:
-        raise SmoothrankError(str(err)) from None
+    d = _gains.discount(ranks, discount, list_size=m.to(dtype))
     d = torch.as_tensor(d, dtype=dtype, device=mask.device)
     if d.shape != ranks.shape:
         raise SmoothrankError("discount: a callable discount must be elementwise (same shape in and out)")
@@ -199,7 +177,7 @@ def reduce_rows(per_item: Tensor, valid: Tensor, reduction: str) -> Tensor:
 
 
 def safe_divide(num: Tensor, den: Tensor, valid: Tensor) -> Tensor:
-    """num / den where valid, 0 elsewhere, with no NaN in either the forward or backward pass."""
+    """``num / den`` where valid, 0 elsewhere, with no NaN in either the forward or backward pass."""
     den = torch.where(valid, den, torch.ones_like(den))
     return torch.where(valid, num / den, torch.zeros_like(num))
 
@@ -215,6 +193,51 @@ def predicted_ranks(scores: Tensor, mask: Tensor) -> Tensor:
     positions = torch.arange(1, s.shape[-1] + 1, device=s.device).expand_as(order)
     ranks.scatter_(-1, order, positions)
     return ranks
+
+
+class NdcgTerms(NamedTuple):
+    """What every NDCG surrogate starts from, each of shape (batch, n) or (batch,).
+
+    ``scores``, ``labels`` and ``mask`` as :func:`check_inputs` returns them; ``gains`` the real
+    items' gains (:func:`real_gains`); ``discounts`` the discount of ranks 1..n, zero beyond
+    min(k, m) (:func:`rank_discounts`); ``ideal`` the ideal DCG@k; ``valid`` the queries counted
+    (a relevant document and a positive ideal DCG); ``k`` the checked cutoff.
+    """
+
+    scores: Tensor
+    labels: Tensor
+    mask: Tensor
+    gains: Tensor
+    discounts: Tensor
+    ideal: Tensor
+    valid: Tensor
+    k: int | None
+
+
+def ndcg_terms(scores: Any, labels: Any, mask: Any, *, gain: Any, discount: Any, k: Any) -> NdcgTerms:
+    """Check ``gain``, ``discount``, ``k`` and the inputs, and compute the :class:`NdcgTerms`."""
+    _gains.check_gain_discount(gain, discount)
+    k = check_k(k)
+    scores, labels, mask = check_inputs(scores, labels, mask)
+    g = real_gains(labels, mask, gain)
+    disc = rank_discounts(mask, discount, k, scores.dtype)  # (batch, n), zero beyond min(k, n_b)
+    ideal = ideal_dcg(g, mask, disc)
+    valid = has_relevant(g, mask) & (ideal > 0)
+    return NdcgTerms(scores, labels, mask, g, disc, ideal, valid, k)
+
+
+def ndcg_loss(scores: Any, labels: Any, mask: Any, *, reduction: Any, gain: Any, discount: Any, k: Any,
+              smoothed_dcg: Callable[[NdcgTerms], Tensor]) -> Tensor:
+    """Minus ``smoothed_dcg(terms) / ideal DCG@k`` per query, reduced: the skeleton of the NDCG surrogates.
+
+    ``smoothed_dcg`` gets the checked :class:`NdcgTerms` and returns the loss's smoothed DCG@k of
+    each query, shape (batch,). Queries that are not ``valid`` contribute 0 with a zero gradient
+    and are left out of ``reduction="mean"``.
+    """
+    reduction = check_reduction(reduction)
+    terms = ndcg_terms(scores, labels, mask, gain=gain, discount=discount, k=k)
+    dcg = smoothed_dcg(terms)
+    return reduce(-safe_divide(dcg, terms.ideal, terms.valid), terms.valid, reduction)
 
 
 def refuse_beyond_range(per_query: Tensor, valid: Tensor, scores: Tensor, loss: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from smoothrank import _blocks
+from smoothrank import _blocks, gains
 from smoothrank._checks import check_generator, within_dtype
 from smoothrank._devices import wide_dtype
 from smoothrank.losses import _common as C
@@ -28,6 +28,13 @@ def list_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     over the real items. The log-probabilities come from ``log_softmax`` (never
     ``log(softmax + eps)``, which loses the gradient once a probability underflows). The diagonal of
     its Hessian, in closed form: :func:`list_net_hessian_diagonal`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import list_net
+    >>> round(list_net(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    1.9828
     """
     C.check_reduction(reduction)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
@@ -75,7 +82,7 @@ def _list_net_per_query(scores: Tensor, labels: Tensor, m: Tensor) -> Tensor:
     log_p = _masked_log_softmax(scores, m)
     log_p = torch.where(m, log_p, torch.zeros_like(log_p))
     # An item whose target probability underflowed to 0 adds nothing, even where its own score is so
-    # far below the others that log_p is -inf (0 * -inf was NaN).
+    # far below the others that log_p is -inf (where 0 * -inf would be NaN).
     return -torch.where(target > 0, target * log_p, torch.zeros_like(log_p)).sum(-1)
 
 
@@ -90,6 +97,14 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     ``generator`` (a ``torch.Generator``; an int seeds a fresh one, so every call with that int
     breaks ties the same way). The tie-break depends on the real items' order in the row and on the
     generator, not on where the padding sits.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import list_mle
+    >>> scores, labels = torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])
+    >>> round(list_mle(scores, labels, generator=0).item(), 4)
+    3.7209
     """
     C.check_reduction(reduction)
     gen = check_generator(generator)
@@ -106,9 +121,9 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     shuffle = torch.gather(position, -1, shuffle.to(scores.device))
     key = torch.gather(labels.masked_fill(~mask, float("-inf")), -1, shuffle)
     order = torch.gather(shuffle, -1, torch.sort(key, dim=-1, descending=True, stable=True).indices)
-    # In the wide dtype and relative to the row's top score: torch's logcumsumexp backward, and
-    # tail sums rounded at the scores' magnitude, were off by 2.5% at scores of 1e4 in float32 and
-    # gave a misranked item no gradient at 1e8 (1e30 in float64).
+    # In the wide dtype and relative to the row's top score: in float32, torch's logcumsumexp backward
+    # and tail sums rounded at the scores' magnitude are off by 2.5% at scores of 1e4 and give a
+    # misranked item no gradient at 1e8 (1e30 in float64).
     s = torch.gather(scores, -1, order).to(wide_dtype(scores.dtype, scores.device))
     real = torch.gather(mask, -1, order)
     top = torch.where(real, s.detach(), torch.full_like(s, float("-inf"))).amax(-1, keepdim=True)
@@ -144,7 +159,7 @@ class _ApproxRanks(torch.autograd.Function):
     with the (batch, n, n) sigmoids formed a block at a time (``smoothrank._blocks``)."""
 
     @staticmethod
-    def forward(ctx, scores, mask, alpha):  # type: ignore[override]
+    def forward(ctx, scores, mask, alpha):
         b, n = scores.shape
         ranks = torch.full_like(scores, 0.5)
         kept = scores.new_empty(b, n, n) if _blocks.keeps(b, n) else None  # written block by block
@@ -158,7 +173,7 @@ class _ApproxRanks(torch.autograd.Function):
         return ranks
 
     @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
+    def backward(ctx, grad):
         scores, mask, kept = ctx.saved_tensors
         if torch.is_grad_enabled():
             # create_graph=True (a booster's Hessian): out-of-place operations on the whole
@@ -194,21 +209,23 @@ def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
 
     over the real items (no cutoff: ApproxNDCG would need a second approximation for it).
     ``discount="linear"`` uses |S| - pi-hat.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import approx_ndcg
+    >>> round(approx_ndcg(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    -0.6197
     """
     alpha = C.check_positive(alpha, "alpha")
-    C.check_reduction(reduction)
-    C.check_gain_discount(gain, discount)
-    scores, labels, mask = C.check_inputs(scores, labels, mask)
-    alpha = within_dtype(alpha, scores.dtype, divides=False)
-    g = C.real_gains(labels, mask, gain)
-    disc = C.rank_discounts(mask, discount, None, scores.dtype)
-    ideal = C.ideal_dcg(g, mask, disc)
-    valid = C.has_relevant(g, mask) & (ideal > 0)
-    approx_rank = _ApproxRanks.apply(scores, mask, alpha)
-    m = mask.sum(-1, keepdim=True).to(scores.dtype)
-    from smoothrank import gains as _gains
 
-    d = torch.as_tensor(_gains.discount(approx_rank, discount, list_size=m), dtype=scores.dtype,
-                        device=scores.device)
-    dcg = torch.where(mask, g * d, torch.zeros_like(g)).sum(-1)
-    return C.reduce(-C.safe_divide(dcg, ideal, valid), valid, reduction)
+    def smoothed_dcg(t: C.NdcgTerms) -> Tensor:
+        scores, mask = t.scores, t.mask
+        approx_rank = _ApproxRanks.apply(scores, mask, within_dtype(alpha, scores.dtype, divides=False))
+        m = mask.sum(-1, keepdim=True).to(scores.dtype)
+        d = torch.as_tensor(gains.discount(approx_rank, discount, list_size=m), dtype=scores.dtype,
+                            device=scores.device)
+        return torch.where(mask, t.gains * d, torch.zeros_like(t.gains)).sum(-1)
+
+    return C.ndcg_loss(scores, labels, mask, reduction=reduction, gain=gain, discount=discount, k=None,
+                       smoothed_dcg=smoothed_dcg)

@@ -22,18 +22,15 @@ from smoothrank._checks import (
 from smoothrank.losses import _common as C
 
 
-def _check_options(temperature: Any, k: Any, sinkhorn: Any, stochastic: Any, n_samples: Any, beta: Any,
-                   max_iter: Any, tol: Any, gain: Any, discount: Any, reduction: Any) -> int | None:
+def _check_options(temperature: Any, sinkhorn: Any, stochastic: Any, n_samples: Any, beta: Any,
+                   max_iter: Any, tol: Any) -> None:
     C.check_positive(temperature, "temperature")
     C.check_positive(beta, "beta")
-    C.check_reduction(reduction)
-    C.check_gain_discount(gain, discount)
     check_positive_int(n_samples, "n_samples")
     check_positive_int(max_iter, "max_iter")
     check_nonnegative(tol, "tol")
     check_bool(stochastic, "stochastic")
     check_bool(sinkhorn, "sinkhorn")
-    return C.check_k(k)
 
 
 def _smoothed_dcg(scores: Tensor, gains: Tensor, mask: Tensor, disc: Tensor, *, temperature: float,
@@ -59,17 +56,15 @@ def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, tempera
                  sinkhorn: bool, stochastic: bool, n_samples: int, beta: float, gain: Any,
                  discount: Any, max_iter: int, tol: float, generator: torch.Generator | int | None,
                  transposed: bool) -> Tensor:
-    k = _check_options(temperature, k, sinkhorn, stochastic, n_samples, beta, max_iter, tol, gain, discount,
-                       reduction)
+    _check_options(temperature, sinkhorn, stochastic, n_samples, beta, max_iter, tol)
     generator = check_generator(generator)  # checked whether or not it draws: a typo is never ignored
-    scores, labels, mask = C.check_inputs(scores, labels, mask)
-    g = C.real_gains(labels, mask, gain)
-    disc = C.rank_discounts(mask, discount, k, scores.dtype)
-    ideal = C.ideal_dcg(g, mask, disc)
-    valid = C.has_relevant(g, mask) & (ideal > 0)
-    opts = dict(temperature=float(temperature), sinkhorn=bool(sinkhorn), transposed=transposed,
-                max_iter=int(max_iter), tol=float(tol))
-    if stochastic:
+    opts: dict[str, Any] = dict(temperature=float(temperature), sinkhorn=bool(sinkhorn),
+                                transposed=transposed, max_iter=int(max_iter), tol=float(tol))
+
+    def smoothed_dcg(t: C.NdcgTerms) -> Tensor:
+        scores, g, mask, disc = t.scores, t.gains, t.mask, t.discounts
+        if not stochastic:
+            return _smoothed_dcg(scores, g, mask, disc, **opts)
         s_count, (b, n) = int(n_samples), scores.shape
         # Sample-major (sample, batch) layout, flattened; masks, gains and discounts are expanded
         # in the same layout so that every sample of query b uses query b's padding.
@@ -79,11 +74,11 @@ def _neural_ndcg(scores: Any, labels: Any, *, mask: Any, reduction: str, tempera
         def expand(x: Tensor) -> Tensor:
             return x.unsqueeze(0).expand(s_count, *x.shape).reshape(s_count * b, n)
 
-        dcg = _smoothed_dcg(perturbed.reshape(s_count * b, n), expand(g), expand(mask), expand(disc),
-                            **opts).reshape(s_count, b).mean(0)
-    else:
-        dcg = _smoothed_dcg(scores, g, mask, disc, **opts)
-    return C.reduce(-C.safe_divide(dcg, ideal, valid), valid, reduction)
+        return _smoothed_dcg(perturbed.reshape(s_count * b, n), expand(g), expand(mask), expand(disc),
+                             **opts).reshape(s_count, b).mean(0)
+
+    return C.ndcg_loss(scores, labels, mask, reduction=reduction, gain=gain, discount=discount, k=k,
+                       smoothed_dcg=smoothed_dcg)
 
 
 def neural_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
@@ -116,6 +111,19 @@ def neural_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
         drawn with ``generator``. Real item number k of a row (its index among the row's real
         items) gets the same noise wherever the padding sits.
     gain, discount : the :mod:`smoothrank.gains` vocabulary ("exp2" = 2^y - 1, "linear" = y; "log2", ...).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import neural_ndcg
+    >>> scores = torch.tensor([[2.0, 1.0, 0.0]], requires_grad=True)
+    >>> labels = torch.tensor([[0.0, 1.0, 2.0]])
+    >>> loss = neural_ndcg(scores, labels, temperature=1.0)
+    >>> round(loss.item(), 4)
+    -0.6331
+    >>> loss.backward()
+    >>> scores.grad.shape
+    torch.Size([1, 3])
     """
     return _neural_ndcg(scores, labels, mask=mask, reduction=reduction, temperature=temperature, k=k,
                         sinkhorn=sinkhorn, stochastic=stochastic, n_samples=n_samples, beta=beta,

@@ -22,7 +22,7 @@ from smoothrank.losses import _common as C
 
 
 class _PairFactors(NamedTuple):
-    """What the pair weights of a loss are built from, each of shape (batch, n) or (batch,):
+    """What the pair weights of a loss are built from, each of shape (batch, n) or (batch,).
 
     ``w_ij = [y_i > y_j, both real, top_i or top_j] |g_i - g_j| |d_i - d_j| / den``, with the top-k
     condition dropped when ``top`` is None and the gain/discount factor when ``gains`` is None.
@@ -56,7 +56,7 @@ def _block_weights(f: _PairFactors, q: slice, r: slice) -> Tensor:
     pairs = f.winners[q, r].unsqueeze(-1) > f.losers[q].unsqueeze(-2)
     if f.top is not None:
         pairs &= f.top[q, r].unsqueeze(-1) | f.top[q].unsqueeze(-2)
-    if _flags_only(f):
+    if f.gains is None or f.discounts is None:  # flags only
         return pairs
     g, d = f.gains[q], f.discounts[q]
     gaps = (g[:, r].unsqueeze(-1) - g.unsqueeze(-2)).abs_()
@@ -108,7 +108,7 @@ class _WeightedPairCost(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, scores, sigma, *factors):  # type: ignore[override]
+    def forward(ctx, scores, sigma, *factors):
         f = _PairFactors(*factors)
         b, n = scores.shape
         kept_dtype = torch.bool if _flags_only(f) else scores.dtype
@@ -124,7 +124,7 @@ class _WeightedPairCost(torch.autograd.Function):
         return (total / f.den).to(scores.dtype)
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
+    def backward(ctx, grad_out):
         scores, kept, *factors = ctx.saved_tensors
         f = _PairFactors(*factors)
         none = (None,) * (1 + len(factors))
@@ -220,6 +220,13 @@ def rank_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     relevant document ranked k+1 below an irrelevant one in the top k still gets a gradient.
     A query with no such pair (or no relevant document) contributes 0 and is not counted by
     ``reduction="mean"``. The diagonal of its Hessian, in closed form: :func:`rank_net_hessian_diagonal`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import rank_net
+    >>> round(rank_net(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    1.5845
     """
     scores, sigma, factors, valid = _rank_net_terms(scores, labels, mask, reduction, sigma, k)
     per_query = _weighted_pair_cost(scores, sigma, factors)
@@ -252,15 +259,11 @@ def _lambda_rank_terms(scores: Tensor, labels: Tensor, mask: Tensor | None, redu
     """LambdaRank's checked scores, sigma, pair weights (|Delta NDCG| at the current ranks) and counted
     queries."""
     sigma = C.check_positive(sigma, "sigma")
-    k = C.check_k(k)
     C.check_reduction(reduction)
-    C.check_gain_discount(gain, discount)
-    scores, labels, mask = C.check_inputs(scores, labels, mask)
+    t = C.ndcg_terms(scores, labels, mask, gain=gain, discount=discount, k=k)
+    scores, labels, mask, g, disc_by_rank = t.scores, t.labels, t.mask, t.gains, t.discounts
+    ideal, valid = t.ideal, t.valid
     sigma = within_dtype(sigma, scores.dtype, divides=False)
-    g = C.real_gains(labels, mask, gain)
-    disc_by_rank = C.rank_discounts(mask, discount, k, scores.dtype)
-    ideal = C.ideal_dcg(g, mask, disc_by_rank)
-    valid = C.has_relevant(g, mask) & (ideal > 0)
     ranks = C.predicted_ranks(scores, mask)
     d_item = torch.gather(disc_by_rank, -1, (ranks - 1).clamp(max=mask.shape[-1] - 1))
     d_item = torch.where(mask, d_item, torch.zeros_like(d_item))
@@ -290,6 +293,13 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     a relevant document, or without a pair of different labels, contribute 0 and are not counted
     by ``reduction="mean"``. The diagonal of its Hessian, LambdaMART's Hessian, in closed form:
     :func:`lambda_rank_hessian_diagonal`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import lambda_rank
+    >>> round(lambda_rank(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    1.1069
     """
     scores, sigma, f, valid = _lambda_rank_terms(scores, labels, mask, reduction, sigma, k, gain, discount)
     per_query = _weighted_pair_cost(scores, sigma, f)
@@ -300,8 +310,9 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
 def lambda_rank_hessian_diagonal(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None,
                                  reduction: str = "mean", sigma: float = 1.0, k: int | None = None,
                                  gain: Any = "exp2", discount: Any = "log2") -> Tensor:
-    r"""The diagonal of the Hessian of :func:`lambda_rank` (same arguments), in closed form:
-    LambdaMART's Hessian (Burges 2010, section 7),
+    r"""The diagonal of the Hessian of :func:`lambda_rank` (same arguments), in closed form.
+
+    It is LambdaMART's Hessian (Burges 2010, section 7),
 
     .. math::
         \frac{\partial^2 \ell}{\partial s_i^2} = \sigma^2 \sum_{j:\,y_i \ne y_j}

@@ -8,7 +8,6 @@ from torch import Tensor
 
 from smoothrank._checks import check_bool, check_nonnegative, check_positive_int, within_dtype
 from smoothrank.losses import _common as C
-from smoothrank.losses._registry import register
 from smoothrank.softrank.api import check_method, check_n_exact, soft_rank
 from smoothrank.softrank.normal import score_hybrid_expected_discounts, score_normal_expected_discounts
 from smoothrank.softrank.pairwise import check_sigma
@@ -58,7 +57,7 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
         :func:`smoothrank.sorting.sinkhorn`.
     gain, discount
         The :mod:`smoothrank.gains` vocabulary; for the paper's shallower training discounts pass
-        ``discount=smoothrank.softrank.shallow_discount(alpha, n)``.
+        ``discount=smoothrank.gains.shallow_discount(alpha, n)``.
     backend : "auto" | "numba" | "torch" | "fft"
         The exact distribution's implementation: the compiled CPU kernel, the pure-PyTorch
         recursion, or the Fourier form (:mod:`smoothrank.softrank.rank_binomial`); ``"auto"``
@@ -70,38 +69,32 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
     Tensor
         ``-SoftNDCG`` per query (``reduction="none"``, shape (batch,)) or reduced.
     """
-    reduction = C.check_reduction(reduction)
     sigma = check_sigma(sigma)
-    k = C.check_k(k)
     check_method(method)
     check_backend(backend)
     check_n_exact(n_exact)
-    C.check_gain_discount(gain, discount)
     check_bool(sinkhorn, "sinkhorn")
     max_iter, tol = check_positive_int(max_iter, "max_iter"), check_nonnegative(tol, "tol")
-    scores, labels, mask = C.check_inputs(scores, labels, mask)
-    n = scores.shape[-1]
-    g = C.real_gains(labels, mask, gain)
-    disc = C.rank_discounts(mask, discount, k, scores.dtype)  # (batch, n), zero beyond min(k, n_b)
-    ideal = C.ideal_dcg(g, mask, disc)
-    valid = C.has_relevant(g, mask) & (ideal > 0)
-    n_ranks = n if k is None else min(k, n)
-    if method == "normal" and not sinkhorn:
-        # E[D(r_j)] straight from the normal moments: no (batch, n, R) distributions, O(batch n)
-        # memory however long the list (checked against the distributions' expectation).
-        expected_discount = score_normal_expected_discounts(
-            scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask)
-    elif method == "hybrid" and not sinkhorn and can_fuse(scores, backend):
-        # The same for the hybrid on the CPU kernels: exact distributions of the end documents only.
-        expected_discount = score_hybrid_expected_discounts(
-            scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask,
-            n_exact=n_exact)
-    else:
-        p = soft_rank(scores, sigma=sigma, mask=mask, max_rank=n_ranks, method=method, n_exact=n_exact,
-                      sinkhorn=bool(sinkhorn), max_iter=max_iter, tol=tol, backend=backend)
-        expected_discount = (p * disc[:, None, :n_ranks]).sum(-1)  # E[D(r_j)], eq. 15
-    dcg = (g * expected_discount).sum(-1)
-    return C.reduce(-C.safe_divide(dcg, ideal, valid), valid, reduction)
 
+    def smoothed_dcg(t: C.NdcgTerms) -> Tensor:
+        scores, mask, disc = t.scores, t.mask, t.discounts
+        n = scores.shape[-1]
+        n_ranks = n if t.k is None else min(t.k, n)
+        if method == "normal" and not sinkhorn:
+            # E[D(r_j)] straight from the normal moments: no (batch, n, R) distributions, O(batch n)
+            # memory however long the list (checked against the distributions' expectation).
+            expected_discount = score_normal_expected_discounts(
+                scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask)
+        elif method == "hybrid" and not sinkhorn and can_fuse(scores, backend):
+            # The same for the hybrid on the CPU kernels: exact distributions of the end documents only.
+            expected_discount = score_hybrid_expected_discounts(
+                scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask,
+                n_exact=n_exact)
+        else:
+            p = soft_rank(scores, sigma=sigma, mask=mask, max_rank=n_ranks, method=method, n_exact=n_exact,
+                          sinkhorn=bool(sinkhorn), max_iter=max_iter, tol=tol, backend=backend)
+            expected_discount = (p * disc[:, None, :n_ranks]).sum(-1)  # E[D(r_j)], eq. 15
+        return (t.gains * expected_discount).sum(-1)
 
-register("soft_ndcg", soft_ndcg)
+    return C.ndcg_loss(scores, labels, mask, reduction=reduction, gain=gain, discount=discount, k=k,
+                       smoothed_dcg=smoothed_dcg)

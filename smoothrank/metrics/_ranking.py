@@ -15,13 +15,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from smoothrank import gains as _gains
-from smoothrank._checks import K_LIMIT
+from smoothrank._checks import REDUCTIONS, check_choice, check_k
 from smoothrank._devices import wide_dtype
 from smoothrank.errors import SmoothrankError
+from smoothrank.gains import check_gain_discount, real_gains, scale_rows_to_unit
+
+__all__ = ["REDUCTIONS", "TIES", "Prepared", "check_choice", "check_gain_discount", "check_k", "exact_order",
+           "positions", "prepare", "real_gains", "reduce", "scale_rows_to_unit", "sort_order"]
 
 TIES = ("input", "pessimistic", "optimistic")
-REDUCTIONS = ("mean", "sum", "none")
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,9 @@ def _to_tensor(x: Any, name: str) -> Tensor:
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
             raise SmoothrankError(f"{name}: expected numbers, got an array of dtype {arr.dtype}")
         arr = np.ascontiguousarray(arr)
-        # A read-only array (a memory-mapped dataset's labels) is copied: torch warns of sharing it,
-        # and the metrics never write to their inputs' tensors anyway.
-        t = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+        if not arr.flags.writeable:  # a memory map of the dataset store: torch warns of read-only arrays
+            arr = arr.copy()
+        t = torch.from_numpy(arr)
     if t.is_complex():  # casting would drop the imaginary part with only a warning
         raise SmoothrankError(f"{name}: expected real numbers, got {t.dtype}")
     return t
@@ -61,7 +63,7 @@ def _float_dtype(scores: Tensor, labels: Tensor, dtype: torch.dtype | None) -> t
         if dtype == torch.float64:
             return wide_dtype(torch.float32, scores.device)
         # Half precision cannot count ranks (below): an explicit float16/bfloat16 is widened too
-        # (precision(..., k=2500, dtype=torch.float16) of an all-relevant list was 1.001).
+        # (in float16, precision(..., k=2500) of an all-relevant list would be 1.001).
         return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     # Follow the inputs; float64 wins so that exact inputs are never rounded. Half precision is
     # widened to float32: it cannot even count ranks past 256 (bfloat16) or 2048 (float16).
@@ -130,82 +132,6 @@ def prepare(scores: Any, labels: Any, mask: Any = None, *, dtype: torch.dtype | 
     s = torch.where(m, s, torch.zeros((), dtype=dt, device=s.device))
     y = torch.where(m, y, torch.zeros((), dtype=dt, device=s.device))
     return Prepared(s, y, m, one_query)
-
-
-def check_k(k: Any, *, argument: str = "k") -> int | None:
-    """Return ``k`` (``None`` = whole list) or raise naming ``argument`` unless it is an int >= 1."""
-    if k is None:
-        return None
-    if isinstance(k, float) and k.is_integer():  # 3.0 is 3, as for the losses' k
-        k = int(k)
-    if isinstance(k, bool) or not isinstance(k, int | np.integer):
-        raise SmoothrankError(f"{argument}: expected a positive integer or None, got {k!r}")
-    if k <= 0:
-        raise SmoothrankError(f"{argument}: must be >= 1, got {k}")
-    return min(int(k), K_LIMIT)  # a cutoff beyond every list is the whole list
-
-
-def check_choice(value: Any, choices: tuple[str, ...], argument: str) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise SmoothrankError(f"{argument}: expected one of {choices}, got {value!r}")
-    return value
-
-
-def check_gain_discount(gain: Any, discount: Any) -> None:
-    """Validate gain and discount specs, re-raised as user-facing errors naming the argument."""
-    try:
-        _gains.check_gain(gain, argument="gain")
-        _gains.check_discount(discount, argument="discount")
-    except SmoothrankError:
-        raise
-    except ValueError as err:
-        raise SmoothrankError(str(err)) from err
-
-
-def real_gains(labels: Tensor, mask: Tensor, spec: Any) -> Tensor:
-    """Gain of each real item, 0 at padding (padding labels never reach a mapping or callable)."""
-    out = torch.zeros_like(labels)
-    try:
-        values = _gains.gain(labels[mask], spec)
-    except SmoothrankError:
-        raise
-    except ValueError as err:
-        raise SmoothrankError(str(err)) from err
-    values = torch.as_tensor(values, dtype=labels.dtype, device=labels.device)
-    if values.shape != labels[mask].shape:
-        raise SmoothrankError("gain: a callable gain must be elementwise (same shape in and out)")
-    if not torch.isfinite(values).all():
-        raise SmoothrankError("gain: the gain of some label is not finite (label too large for 'exp2'?)")
-    out[mask] = values
-    return out
-
-
-#: float dtype -> (integer dtype of its width, mantissa bits, exponent bias).
-_FLOAT_LAYOUT = {torch.float32: (torch.int32, 23, 127), torch.float64: (torch.int64, 52, 1023)}
-
-
-def scale_rows_to_unit(gains: Tensor) -> Tensor:
-    """Each row of ``gains`` times the power of two that brings its largest value into [0.5, 1).
-
-    For anything that is a ratio of sums of gains (NDCG, its surrogates, LambdaRank's ΔNDCG) this
-    changes nothing, exactly: a power of two rescales without rounding (short of subnormals), and
-    numerator and denominator move together. What it changes is overflow: 2^127 - 1 is a finite
-    float32 gain (label 127 under ``exp2``) but the sum of two is not, and IDCG = inf made NDCG
-    NaN. The power is built from its bits, so it is exact on every device. Rows whose largest value
-    is not positive, and dtypes other than float32 and float64, are returned unchanged.
-    """
-    layout = _FLOAT_LAYOUT.get(gains.dtype)
-    if layout is None or gains.numel() == 0:
-        return gains
-    int_dtype, mantissa_bits, bias = layout
-    top = gains.amax(-1, keepdim=True)
-    # frexp's exponent (top = m 2^e, m in [0.5, 1)) read off the bits, as torch.frexp is missing on
-    # some devices (Apple's MPS); a subnormal top reads as -(bias - 1), which the clamp allows.
-    field = (top.view(int_dtype) >> mantissa_bits) & (2 * bias + 1)
-    exponent = field - (bias - 1)
-    # 2^-exponent must be a normal number: exponent in [-bias, bias - 1].
-    exponent = torch.where(top > 0, exponent, torch.zeros_like(exponent)).clamp(-bias, bias - 1)
-    return gains * ((bias - exponent) << mantissa_bits).view(gains.dtype)
 
 
 def sort_order(scores: Tensor, mask: Tensor, *, ties: str = "input", labels: Tensor | None = None) -> Tensor:

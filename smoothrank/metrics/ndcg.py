@@ -41,8 +41,8 @@ def _dcg_and_ideal(p: R.Prepared, *, k: int | None, gain: Any, discount: Any, ti
     """Per-query DCG@k, ideal DCG@k and number of real items.
 
     ``ratio``: only DCG / IDCG will be used, so each query's gains may be scaled by a power of two
-    (:func:`~smoothrank.metrics._ranking.scale_rows_to_unit`: the ratio is the same bits, and the
-    sums of large finite gains no longer overflow).
+    (:func:`smoothrank.gains.scale_rows_to_unit`: the ratio is the same bits, and the
+    sums of large finite gains do not overflow).
     """
     n_real = p.mask.sum(dim=-1)
     g = R.real_gains(p.labels, p.mask, gain)
@@ -54,10 +54,7 @@ def _dcg_and_ideal(p: R.Prepared, *, k: int | None, gain: Any, discount: Any, ti
     if ratio:
         g = R.scale_rows_to_unit(g)
     ranks = R.positions(p.scores)
-    try:
-        disc = _gains.discount(ranks, discount, list_size=n_real.to(p.scores.dtype).unsqueeze(-1))
-    except ValueError as err:
-        raise R.SmoothrankError(str(err)) from err
+    disc = _gains.discount(ranks, discount, list_size=n_real.to(p.scores.dtype).unsqueeze(-1))
     disc = torch.as_tensor(disc, dtype=p.scores.dtype, device=p.scores.device)
     if disc.shape != ranks.shape:
         raise R.SmoothrankError("discount: a callable discount must be elementwise (same shape in and out)")
@@ -110,6 +107,14 @@ def dcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, gai
     Tensor
         Per-query values of shape (batch,) for ``reduction="none"``, else a scalar. A 1-D input
         gives a scalar.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.metrics import dcg
+    >>> scores = torch.tensor([[0.3, 0.2, 0.1]])
+    >>> round(dcg(scores, torch.tensor([[0, 1, 2]]), k=2, dtype=torch.float64).item(), 4)
+    0.6309
     """
     k = _check(k, gain, discount, ties, short, reduction)
     # Negative labels (LETOR's -1 "junk") are read when a gain mapping or callable is given for them.
@@ -136,7 +141,11 @@ def ndcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, ga
 
     Examples
     --------
-    >>> ndcg([0.3, 0.2, 0.1], [0, 1, 2], gain="linear", dtype=torch.float64)   # doctest: +SKIP
+    >>> import torch
+    >>> ndcg([0.3, 0.2, 0.1], [0, 1, 2], gain="linear", dtype=torch.float64)
+    tensor(0.6199, dtype=torch.float64)
+    >>> ndcg([[0.3, 0.2, 0.1]], [[0, 1, 2]], k=1)
+    tensor(0., dtype=torch.float64)
     """
     k = _check(k, gain, discount, ties, short, reduction)
     R.check_choice(empty, EMPTY, "empty")

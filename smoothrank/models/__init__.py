@@ -257,8 +257,9 @@ def _unwrapped(model: nn.Module) -> nn.Module:
     """The module inside ``torch.compile``'s and DDP's (or DataParallel's) wrappers, for type tests;
     calls still go through the wrapper (DDP's hooks)."""
     while True:
-        if isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
-            model = model._orig_mod
+        inner = getattr(model, "_orig_mod", None)
+        if isinstance(inner, nn.Module):  # torch.compile's OptimizedModule
+            model = inner
         elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
             model = model.module
         else:

@@ -165,6 +165,27 @@ def _per_field(value: float | Sequence[float] | Mapping[str, float], fields: Seq
     return [float(v) for v in values]
 
 
+class _RawParameters(nn.Module):
+    """The unconstrained BM25F parameters; ``reset_parameters`` (called by
+    :func:`smoothrank.models.reinitialize`, the SoftRank schedule's re-initialisation) restores
+    their initial values."""
+
+    def __init__(self, weights: Tensor, b: Tensor, k1: Tensor, learn: Sequence[str]) -> None:
+        super().__init__()
+        self.weights = nn.Parameter(weights.clone(), requires_grad="weights" in learn)
+        self.b = nn.Parameter(b.clone(), requires_grad="b" in learn)
+        self.k1 = nn.Parameter(k1.clone(), requires_grad="k1" in learn)
+        self.initial: Tensor
+        self.register_buffer("initial", torch.cat([weights, b, k1.reshape(1)]))
+
+    def reset_parameters(self) -> None:
+        n = self.weights.numel()
+        with torch.no_grad():
+            self.weights.copy_(self.initial[:n])
+            self.b.copy_(self.initial[n:2 * n])
+            self.k1.copy_(self.initial[2 * n])
+
+
 class BM25F(nn.Module):
     """Learnable BM25F on packed rows (:func:`pack_bm25f`), optionally combined with
     query-independent features in a small net.
@@ -220,11 +241,9 @@ class BM25F(nn.Module):
         self.fields, self.n_features, self.n_terms = fields, n_features, n_terms
         self.query_independent = query_independent
         eps = 1e-6
-        self.raw_weights = nn.Parameter(torch.tensor([_inverse_softplus(max(v, eps)) for v in w_values]),
-                                        requires_grad="weights" in learn)
-        self.raw_b = nn.Parameter(torch.logit(torch.tensor(b_values, dtype=torch.float64), eps=eps).float(),
-                                  requires_grad="b" in learn)
-        self.raw_k1 = nn.Parameter(torch.tensor(_inverse_softplus(k1)), requires_grad="k1" in learn)
+        self.raw = _RawParameters(torch.tensor([_inverse_softplus(max(v, eps)) for v in w_values]),
+                                  torch.logit(torch.tensor(b_values, dtype=torch.float64), eps=eps).float(),
+                                  torch.tensor(_inverse_softplus(k1)), learn)
         self.combine: nn.Module | None = None
         if hidden is not None or query_independent > 0:
             width = 1 + query_independent
@@ -236,19 +255,34 @@ class BM25F(nn.Module):
                 self.combine = nn.Sequential(nn.Linear(width, hidden), nn.Tanh(), nn.Linear(hidden, 1))
 
     @property
+    def raw_weights(self) -> Tensor:
+        """The unconstrained parameter of the field weights (``weights = softplus(raw_weights)``)."""
+        return self.raw.weights
+
+    @property
+    def raw_b(self) -> Tensor:
+        """The unconstrained parameter of ``b`` (``b = sigmoid(raw_b)``)."""
+        return self.raw.b
+
+    @property
+    def raw_k1(self) -> Tensor:
+        """The unconstrained parameter of ``k1`` (``k1 = softplus(raw_k1)``)."""
+        return self.raw.k1
+
+    @property
     def weights(self) -> Tensor:
         """Field weights ``w_f``, shape (F,)."""
-        return nn.functional.softplus(self.raw_weights)
+        return nn.functional.softplus(self.raw.weights)
 
     @property
     def b(self) -> Tensor:
         """Length normalisation ``b_f``, shape (F,)."""
-        return torch.sigmoid(self.raw_b)
+        return torch.sigmoid(self.raw.b)
 
     @property
     def k1(self) -> Tensor:
         """``k1``, a scalar."""
-        return nn.functional.softplus(self.raw_k1)
+        return nn.functional.softplus(self.raw.k1)
 
     def parameters_dict(self) -> dict[str, Any]:
         """The BM25F parameters as numbers: ``{"k1": .., "fields": {name: {"weight": .., "b": ..}}}``."""

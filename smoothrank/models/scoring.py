@@ -110,7 +110,8 @@ def needs_mask(network: nn.Module, transform_state: dict[str, Any] | None) -> bo
 class ScoringModule(nn.Module):
     """``(features (B, L, F) float32, mask (B, L) bool or None) -> scores (B, L) float32``.
 
-    The fitted transforms, then the network, in evaluation mode. Without a mask every slot is real.
+    The fitted transforms, then the network, in evaluation mode. Without a mask every slot is real
+    (and the Context-Aware Ranker attends without a padding mask).
     """
 
     transforms: nn.ModuleList
@@ -125,6 +126,7 @@ class ScoringModule(nn.Module):
         self.n_features = n_features
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        padded = mask is not None
         if mask is None:
             mask = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
         x = features.float()
@@ -132,14 +134,17 @@ class ScoringModule(nn.Module):
             x = step(x, mask)
         network = self.network
         if isinstance(network, ContextAwareRanker):
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
-            attend = mask | ~mask.any(dim=1, keepdim=True)
-            hidden = network.encoder(network.input(x), src_key_padding_mask=~attend)
+            if padded:
+                x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+                attend = mask | ~mask.any(dim=1, keepdim=True)
+                hidden = network.encoder(network.input(x), src_key_padding_mask=~attend)
+            else:  # every slot real: attention without a padding mask (the same weights)
+                hidden = network.encoder(network.input(x))
             scores = network.output(hidden).squeeze(-1)
         else:
             flat = x.reshape(-1, self.n_features)
             scores = network.net(flat).reshape(features.shape[0], features.shape[1])
-        return scores.masked_fill(~mask, 0.0)
+        return scores.masked_fill(~mask, 0.0) if padded else scores
 
 
 class _FeaturesOnly(nn.Module):
@@ -272,7 +277,7 @@ def score_rows(module: ScoringModule, features: Any, qid: Any = None, *, n_featu
     x = _checked_features(features, n_features)
     if qid is None and x.shape[0] > 0:  # one query: no grouping, no padding
         batch, mask = torch.from_numpy(x)[None], torch.ones((1, x.shape[0]), dtype=torch.bool)
-        scores = module(batch, mask)[0].double().numpy()
+        scores = module(batch)[0].double().numpy()
         if not np.isfinite(scores).all():
             _refuse(module, batch, mask, np.arange(x.shape[0])[None], x)
         return scores

@@ -105,6 +105,7 @@ def _extreme_documents(mean: Tensor, mask: Tensor, n_exact: int) -> Tensor:
 
 
 def check_n_exact(n_exact: int) -> int:
+    """``n_exact`` if it is an integer >= 0; else a :class:`SmoothrankError` naming it."""
     if isinstance(n_exact, bool) or not isinstance(n_exact, int) or n_exact < 0:
         raise SmoothrankError(f"n_exact: expected an integer >= 0, got {n_exact!r}")
     return n_exact

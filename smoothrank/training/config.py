@@ -509,7 +509,8 @@ def dump_config(config: Config) -> str:
 def _number_keys(dumped: Any, native: Any) -> Any:
     """``dumped`` (JSON mode) with the number keys of ``native`` (Python mode) put back: JSON mode
     writes a gain mapping ``{0: 0.0, 1: 1.0}`` with string labels, which YAML would keep as strings
-    and the gain check refuses, so a run's config.yaml did not load again as a config."""
+    and the gain check would refuse: with the numbers put back, a run's config.yaml loads again as a
+    config."""
     if isinstance(dumped, dict) and isinstance(native, dict):
         by_text = {str(key): key for key in native}
         out = {}

@@ -20,12 +20,16 @@ from torch.optim import Optimizer
 
 
 def set_lr(optimizer: Optimizer, lr: float) -> None:
+    """Set the learning rate of every parameter group of ``optimizer`` to ``lr``."""
     for group in optimizer.param_groups:
         group["lr"] = lr
 
 
 @dataclass
 class ScheduleAction:
+    """What a schedule says after an epoch: the next epoch's learning rate, and whether to
+    re-initialise the weights (with a fresh optimiser)."""
+
     lr: float
     reinitialize: bool = False
 
