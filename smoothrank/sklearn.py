@@ -23,6 +23,7 @@ Files
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,23 @@ from smoothrank.models.scoring import query_order
 __all__ = ["SmoothRanker", "query_order"]
 
 _MODEL_KINDS = ("linear", "mlp", "context_aware")
+
+#: Config keys as the estimator's parameters name them (in the errors of an invalid setting).
+_PARAMETERS = {
+    "optimizer.lr": "learning_rate", "optimizer.weight_decay": "weight_decay", "training.epochs": "epochs",
+    "training.batch_size": "batch_size", "training.list_size": "list_size",
+    "training.early_stopping_patience": "early_stopping_patience", "training.num_threads": "num_threads",
+    "training.device": "device", "loss.options": "loss_options", "loss.name": "loss",
+    "evaluation.convention": "convention", "evaluation.metrics": "ndcg_k", "evaluation.select_by": "ndcg_k",
+    "seed": "random_state", "model.kind": "model", "model.hidden": "hidden",
+}
+
+
+def _as_parameters(message: str) -> str:
+    """A config error's message with the keys that the estimator sets named as its parameters."""
+    for key, name in _PARAMETERS.items():
+        message = re.sub(rf"(?<![\w.]){re.escape(key)}(?![\w])", name, message)
+    return message.replace("model.", "model_options.")
 
 
 class SmoothRanker(BaseEstimator):
@@ -136,6 +154,12 @@ class SmoothRanker(BaseEstimator):
 
         metric = f"ndcg@{self.ndcg_k}"
         transforms = [t if isinstance(t, str) else dict(t) for t in self.transforms]
+        try:
+            return self._validated(config_from_dict, seed, metric, transforms)
+        except ConfigError as err:
+            raise ConfigError(_as_parameters(str(err))) from None
+
+    def _validated(self, config_from_dict: Any, seed: int, metric: str, transforms: list[Any]) -> Any:
         return config_from_dict({
             "seed": seed,
             "data": {"train": "<arrays>"},

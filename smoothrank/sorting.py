@@ -203,6 +203,15 @@ def neural_sort(scores: Tensor, *, mask: Tensor | None = None, temperature: floa
     -------
     Tensor, shape (batch, n, n)
         Row r-1 is rank r, column j is input position j; padded ranks/items are zero rows/columns.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.sorting import neural_sort
+    >>> neural_sort(torch.tensor([[0.1, 2.0, 1.0]]), temperature=0.1).round(decimals=3)
+    tensor([[[0., 1., 0.],
+             [0., 0., 1.],
+             [1., 0., 0.]]])
     """
     mask = check_scores_mask(scores, mask)
     tau = within_dtype(_check_temperature(temperature), scores.dtype, divides=True)
@@ -560,7 +569,16 @@ def sinkhorn_with_info(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] |
 
 def sinkhorn(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] | None = None,
              max_iter: int = 30, tol: float = 1e-6) -> Tensor:
-    """Sinkhorn scaling of a nonnegative ``(batch, n, n)`` matrix; see :func:`sinkhorn_with_info`."""
+    """Sinkhorn scaling of a nonnegative ``(batch, n, n)`` matrix; see :func:`sinkhorn_with_info`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.sorting import sinkhorn
+    >>> ds = sinkhorn(torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]))
+    >>> ds.sum(-1).round(decimals=4), ds.sum(-2).round(decimals=4)
+    (tensor([[1., 1.]]), tensor([[1., 1.]]))
+    """
     return sinkhorn_with_info(matrix, mask=mask, max_iter=max_iter, tol=tol)[0]
 
 

@@ -196,6 +196,7 @@ def test_cache_command_lists_and_clears(synthetic, capsys):
     assert "removed 1 entry" in capsys.readouterr().out and store.entries() == []
 
 
+@pytest.mark.slow
 def test_training_on_the_store_gives_the_model_of_in_memory_arrays(tmp_path):
     import torch
 
@@ -213,7 +214,7 @@ def test_training_on_the_store_gives_the_model_of_in_memory_arrays(tmp_path):
             "seed": 0, "data": {"train": str(train_file), "valid": str(valid_file)},
             "model": {"kind": "mlp", "hidden": [8]}, "loss": {"name": "list_net"},
             "transforms": ["signed_log1p", "standardize"],
-            "training": {"epochs": 2, "batch_size": 8, "list_size": 16},
+            "training": {"epochs": 1, "batch_size": 8, "list_size": 16},
             "output": {"run_dir": str(tmp_path / f"run-{cached}")}})
         models[cached] = train(config, quiet=True, splits=splits).model.state_dict()
     assert models[True].keys() == models[False].keys()

@@ -221,3 +221,37 @@ def test_torchrun_trains_as_one_process_and_resumes_after_a_kill(tmp_path):
     # a run process 0 refuses (the folder holds a finished run) stops both processes, no hang
     code, _, err = _finish(_torchrun(["train", "c.yaml"], tmp_path), timeout=180)
     assert code != 0 and "already holds a run; pass --resume" in err
+
+
+def _stalled_worker(rank: int, port: int, out: str) -> None:
+    """Process 1 never reaches the collective; process 0 must fail after the group's timeout."""
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    from smoothrank.training.distributed import process_group
+
+    with process_group("cpu", timeout_s=3) as group:
+        assert group is not None and group.rank == rank
+        if rank == 1:
+            time.sleep(15)
+            return
+        started = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1))
+            outcome = "returned"
+        except RuntimeError as err:
+            outcome = f"raised {type(err).__name__}: {str(err)[:200]}"
+        Path(out).write_text(json.dumps({"outcome": outcome, "seconds": time.monotonic() - started}))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
+def test_a_collective_that_one_process_never_joins_fails_after_the_timeout(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_stalled_worker, args=(port, str(tmp_path / "rank0.json")), nprocs=2)
+    seen = json.loads((tmp_path / "rank0.json").read_text())
+    assert seen["outcome"].startswith("raised"), seen
+    assert seen["seconds"] < 14, seen  # the timeout (3 s), not process 1's return

@@ -195,6 +195,10 @@ def test_eval_set_selects_and_stops_early():
 
 @pytest.mark.parametrize(("params", "fit_kwargs", "message"), [
     ({"model": "tree"}, {}, "model: expected one of"),
+    # the config's keys as the estimator's parameters
+    ({"learning_rate": 0}, {}, "  - learning_rate: Input should be greater than 0"),
+    ({"hidden": [0]}, {}, r"  - hidden\.0: Input should be greater than or equal to 1"),
+    ({"model_options": {"dropout": 2}}, {}, "  - model_options.dropout: Input should be less than 1"),
     ({"model": "linear", "hidden": 4}, {}, "hidden: the linear model has no hidden layer"),
     ({"loss": "nope"}, {}, "nope"),
     ({}, {"eval_qid": [1]}, "eval_qid/eval_group given without eval_set"),

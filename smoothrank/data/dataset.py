@@ -52,6 +52,13 @@ class Dataset:
         is column ``i``) or 1 (index ``i`` is column ``i - 1``); None for data not read from a LETOR
         file. Files scored by one model must be read with the same base, which is why
         :func:`smoothrank.datasets.load_splits` and ``smoothrank predict`` reuse the training file's.
+
+    Examples
+    --------
+    >>> from smoothrank.data import parse_letor
+    >>> d = parse_letor(b"2 qid:1 1:0.5\\n0 qid:1 1:0.1\\n1 qid:2 1:0.3\\n")
+    >>> d.n_queries, d.n_docs, d.n_features
+    (2, 3, 1)
     """
 
     features: np.ndarray

@@ -249,18 +249,19 @@ def _parse_file(path: Path, side: Path | None, options: ReaderOptions,
     sizes = _read_query_file(side) if side is not None else None
     context = {"source": str(path), "options": options, "query_sizes": sizes,
                "query_source": str(side) if side else None}
-    acc = None
     if path.stat().st_size >= FAST_MIN_BYTES:
         acc = new_rows()
-        with open_binary(path) as handle:
-            if not _fast_scan(_file_chunks(handle, _CHUNK_BYTES), acc, options):
-                acc.sink.close()
-                acc = None
-    if acc is None:  # small, or something the scanner leaves to the strict parser
-        acc = new_rows()
+        try:
+            with open_binary(path) as handle:
+                if _fast_scan(_file_chunks(handle, _CHUNK_BYTES), acc, options):
+                    return assemble(acc, **context)
+        finally:
+            acc.sink.close()
+    # small, or something the scanner leaves to the strict parser
+    acc = new_rows()
+    try:
         with open_binary(path) as handle:
             _strict_scan(_line_chunks(handle, _CHUNK_BYTES), acc, source=str(path), options=options)
-    try:
         return assemble(acc, **context)
     finally:
         acc.sink.close()
@@ -399,6 +400,17 @@ def parse_letor(
 
     ``data`` is bytes or a buffer of them (bytearray, memoryview, mmap: copied once); text (``str``)
     must be encoded first.
+
+    Examples
+    --------
+    >>> from smoothrank.data import parse_letor
+    >>> d = parse_letor(b"2 qid:1 1:0.5 2:1.0\\n0 qid:1 1:0.1 2:0.2\\n1 qid:2 1:0.3 2:0.0\\n")
+    >>> d
+    Dataset(source='<bytes>', n_queries=2, n_docs=3, n_features=2)
+    >>> d.labels
+    array([2., 0., 1.], dtype=float32)
+    >>> d.offsets
+    array([0, 2, 3])
     """
     data = _input_bytes(data)
     opts = ReaderOptions(**options)  # type: ignore[arg-type]

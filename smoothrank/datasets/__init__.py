@@ -78,6 +78,13 @@ def load_mq2008(fold: int = 1, split: str = "train", *, path: str | os.PathLike[
     ``Fold{k}/{split}.txt[.gz]`` (the official layout; an ``MQ2008/`` sub-folder also works).
     ``cache`` as in :func:`smoothrank.data.load_letor` (the bundled folds are cached by default).
     MQ2008: 784 queries, 15,211 documents, 46 features, labels 0/1/2.
+
+    Examples
+    --------
+    >>> from smoothrank.datasets import load_mq2008
+    >>> test = load_mq2008(1, "test", cache=False)
+    >>> test.n_queries, test.n_docs, test.n_features
+    (156, 2874, 46)
     """
     fold, split = _check_fold_split(fold, split)
     if cache is not None:

@@ -112,6 +112,13 @@ def make_synthetic(n_queries: int, docs_per_query: int | tuple[int, int], n_feat
     SyntheticRanking
         ``features`` (n_docs, n_features) float32, ``labels`` (n_docs,) float32, ``query_ids``
         (n_docs,) int64, ``weights`` (n_features,) float64.
+
+    Examples
+    --------
+    >>> from smoothrank.datasets import make_synthetic
+    >>> data = make_synthetic(4, 5, 3, seed=0)
+    >>> data.features.shape, data.labels.shape
+    ((20, 3), (20,))
     """
     spec = _spec(n_queries, docs_per_query, n_features, label_levels, label_distribution,
                  relevance_weights, noise, count_fraction, decimals, seed)

@@ -125,7 +125,14 @@ def unregister(name: str) -> None:
 
 
 def available() -> list[str]:
-    """Names of the registered losses, sorted."""
+    """Names of the registered losses, sorted.
+
+    Examples
+    --------
+    >>> from smoothrank import losses
+    >>> "neural_ndcg" in losses.available()
+    True
+    """
     return sorted(_LOSSES)
 
 
@@ -142,6 +149,12 @@ def info(loss: str | LossFn) -> LossInfo:
     ------
     ConfigError
         If ``loss`` is none of these.
+
+    Examples
+    --------
+    >>> from smoothrank import losses
+    >>> losses.info("neural_ndcg").family
+    'ndcg'
     """
     if isinstance(loss, str):
         return _lookup(loss)
@@ -162,7 +175,14 @@ def find(loss: Any) -> LossInfo | None:
 
 
 def options(name: str) -> dict[str, Any]:
-    """The options of loss ``name`` and their defaults (keyword-only parameters but mask, reduction)."""
+    """The options of loss ``name`` and their defaults (keyword-only parameters but mask, reduction).
+
+    Examples
+    --------
+    >>> from smoothrank import losses
+    >>> losses.options("rank_net")
+    {'sigma': 1.0, 'k': None}
+    """
     fn = _lookup(name).fn
     return {p.name: p.default for p in inspect.signature(fn).parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _NOT_OPTIONS}
@@ -191,6 +211,14 @@ def get(name: str, **opts: Any) -> LossFn:
     and an int ``generator``, which becomes one generator for the life of the bound loss, so that
     successive calls draw different but reproducible noise (the function called with the same int
     seed draws the same noise on every call).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank import losses
+    >>> loss_fn = losses.get("neural_ndcg", temperature=0.5)
+    >>> round(loss_fn(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    -0.6065
     """
     known = options(name)
     unknown = sorted(set(opts) - set(known))

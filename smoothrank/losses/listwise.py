@@ -28,6 +28,13 @@ def list_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     over the real items. The log-probabilities come from ``log_softmax`` (never
     ``log(softmax + eps)``, which loses the gradient once a probability underflows). The diagonal of
     its Hessian, in closed form: :func:`list_net_hessian_diagonal`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import list_net
+    >>> round(list_net(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    1.9828
     """
     C.check_reduction(reduction)
     scores, labels, mask = C.check_inputs(scores, labels, mask)
@@ -90,6 +97,14 @@ def list_mle(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     ``generator`` (a ``torch.Generator``; an int seeds a fresh one, so every call with that int
     breaks ties the same way). The tie-break depends on the real items' order in the row and on the
     generator, not on where the padding sits.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import list_mle
+    >>> scores, labels = torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])
+    >>> round(list_mle(scores, labels, generator=0).item(), 4)
+    3.7209
     """
     C.check_reduction(reduction)
     gen = check_generator(generator)
@@ -194,6 +209,13 @@ def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
 
     over the real items (no cutoff: ApproxNDCG would need a second approximation for it).
     ``discount="linear"`` uses |S| - pi-hat.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import approx_ndcg
+    >>> round(approx_ndcg(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    -0.6197
     """
     alpha = C.check_positive(alpha, "alpha")
 

@@ -111,6 +111,19 @@ def neural_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
         drawn with ``generator``. Real item number k of a row (its index among the row's real
         items) gets the same noise wherever the padding sits.
     gain, discount : the :mod:`smoothrank.gains` vocabulary ("exp2" = 2^y - 1, "linear" = y; "log2", ...).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import neural_ndcg
+    >>> scores = torch.tensor([[2.0, 1.0, 0.0]], requires_grad=True)
+    >>> labels = torch.tensor([[0.0, 1.0, 2.0]])
+    >>> loss = neural_ndcg(scores, labels, temperature=1.0)
+    >>> round(loss.item(), 4)
+    -0.6331
+    >>> loss.backward()
+    >>> scores.grad.shape
+    torch.Size([1, 3])
     """
     return _neural_ndcg(scores, labels, mask=mask, reduction=reduction, temperature=temperature, k=k,
                         sinkhorn=sinkhorn, stochastic=stochastic, n_samples=n_samples, beta=beta,

@@ -220,6 +220,13 @@ def rank_net(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, redu
     relevant document ranked k+1 below an irrelevant one in the top k still gets a gradient.
     A query with no such pair (or no relevant document) contributes 0 and is not counted by
     ``reduction="mean"``. The diagonal of its Hessian, in closed form: :func:`rank_net_hessian_diagonal`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import rank_net
+    >>> round(rank_net(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    1.5845
     """
     scores, sigma, factors, valid = _rank_net_terms(scores, labels, mask, reduction, sigma, k)
     per_query = _weighted_pair_cost(scores, sigma, factors)
@@ -286,6 +293,13 @@ def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
     a relevant document, or without a pair of different labels, contribute 0 and are not counted
     by ``reduction="mean"``. The diagonal of its Hessian, LambdaMART's Hessian, in closed form:
     :func:`lambda_rank_hessian_diagonal`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.losses import lambda_rank
+    >>> round(lambda_rank(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0]])).item(), 4)
+    1.1069
     """
     scores, sigma, f, valid = _lambda_rank_terms(scores, labels, mask, reduction, sigma, k, gain, discount)
     per_query = _weighted_pair_cost(scores, sigma, f)

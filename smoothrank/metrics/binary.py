@@ -69,6 +69,13 @@ def precision(scores: Any, labels: Any, *, mask: Any = None, k: int | None = Non
     missing ranks counting as non-relevant (trec_eval, LETOR 4.0); ``"list"`` divides by the list
     length; ``"zero"`` gives 0. ``k=None`` is the whole list. Other parameters as in
     :func:`smoothrank.metrics.ndcg`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.metrics import precision
+    >>> precision(torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[0, 1, 2]]), k=2)
+    tensor(0.5000)
     """
     k, threshold = _common(k, threshold, ties, empty, reduction)
     R.check_choice(short, PRECISION_SHORT, "short")
@@ -99,6 +106,13 @@ def average_precision(scores: Any, labels: Any, *, mask: Any = None, k: int | No
     ``AP@k = (1/D) sum_{r <= k, item r relevant} P@r`` with ``D`` = R, the number of relevant items
     in the list (``denominator="relevant"``: trec_eval ``map`` / ``map_cut``, LETOR 4.0), or
     ``min(R, k)`` (``"min_k_relevant"``: LightGBM's ``map@k``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.metrics import average_precision
+    >>> average_precision(torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[0, 1, 2]]))
+    tensor(0.5833)
     """
     k, threshold = _common(k, threshold, ties, empty, reduction)
     R.check_choice(denominator, AP_DENOMINATORS, "denominator")
@@ -120,6 +134,13 @@ def reciprocal_rank(scores: Any, labels: Any, *, mask: Any = None, k: int | None
 
     ``RR@k = 1 / r*`` with r* the rank of the first relevant item, 0 if it lies beyond ``k``
     (trec_eval ``recip_rank``; MRR is the mean over queries).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.metrics import reciprocal_rank
+    >>> reciprocal_rank(torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[0, 1, 2]]))
+    tensor(0.5000)
     """
     k, threshold = _common(k, threshold, ties, empty, reduction)
     p = R.prepare(scores, labels, mask, dtype=dtype)

@@ -92,7 +92,16 @@ PRESETS: dict[str, Convention] = {c.name: c for c in (LETOR4, LIGHTGBM, TREC)}
 
 
 def get_convention(convention: str | Convention, *, argument: str = "convention") -> Convention:
-    """Return a :class:`Convention` from a preset name or an instance."""
+    """Return a :class:`Convention` from a preset name or an instance.
+
+    Examples
+    --------
+    >>> from smoothrank.metrics import get_convention
+    >>> get_convention("letor4").ndcg_empty
+    'zero'
+    >>> get_convention("trec").gain
+    'linear'
+    """
     if isinstance(convention, Convention):
         return convention
     if isinstance(convention, str) and convention in PRESETS:

@@ -31,7 +31,16 @@ _ALIASES = {"precision": "p", "ap": "map", "rr": "mrr"}
 
 
 def parse_metric(name: str) -> tuple[str, int | None]:
-    """Split ``"ndcg@10"`` into ``("ndcg", 10)``; raise naming ``metrics`` for an unknown name."""
+    """Split ``"ndcg@10"`` into ``("ndcg", 10)``; raise naming ``metrics`` for an unknown name.
+
+    Examples
+    --------
+    >>> from smoothrank.metrics import parse_metric
+    >>> parse_metric("ndcg@10")
+    ('ndcg', 10)
+    >>> parse_metric("map")
+    ('map', None)
+    """
     match = _NAME.match(name.strip().lower()) if isinstance(name, str) else None
     if match is None:
         raise SmoothrankError(
@@ -111,6 +120,13 @@ def evaluate(scores: Any, labels: Any, *, mask: Any = None, metrics: str | Itera
     dict[str, Tensor]
         name -> per-query values of shape (batch,) (1 for a 1-D input); NaN where the convention
         skips the query. Average with :func:`mean_metrics`.
+
+    Examples
+    --------
+    >>> from smoothrank.metrics import evaluate
+    >>> out = evaluate([[0.3, 0.2, 0.1]], [[0, 1, 2]], metrics=["ndcg@2", "map"])
+    >>> {name: round(value.item(), 4) for name, value in out.items()}
+    {'ndcg@2': 0.25, 'map': 0.5833}
     """
     conv = get_convention(convention)
     if conv.docno_ties and doc_ids is None:
@@ -175,7 +191,15 @@ def _evaluate(scores: Any, labels: Any, mask: Any, metrics: str | Iterable[str],
 
 
 def mean_metrics(per_query: dict[str, Tensor]) -> dict[str, float]:
-    """Mean of each metric over the queries it scores (NaN = skipped; NaN if all are skipped)."""
+    """Mean of each metric over the queries it scores (NaN = skipped; NaN if all are skipped).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.metrics import mean_metrics
+    >>> mean_metrics({"ndcg@10": torch.tensor([0.5, 1.0])})
+    {'ndcg@10': 0.75}
+    """
     if not isinstance(per_query, Mapping):
         raise SmoothrankError("per_query: expected a mapping {metric: per-query values} (what evaluate "
                               f"returns), got {type(per_query).__name__}")
@@ -208,6 +232,17 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
     Query q's documents are ``values[offsets[q]:offsets[q+1]]``, in that order. Values of shape
     (n_docs, *rest) (e.g. a feature matrix) give (n_queries, max_list, *rest); the mask is always
     (n_queries, max_list).
+
+    Examples
+    --------
+    >>> from smoothrank.metrics import pad_groups
+    >>> values, mask = pad_groups([1.0, 2.0, 3.0], [0, 2, 3])
+    >>> values
+    tensor([[1., 2.],
+            [3., 0.]], dtype=torch.float64)
+    >>> mask
+    tensor([[ True,  True],
+            [ True, False]])
     """
     vals = values.detach() if isinstance(values, Tensor) else torch.as_tensor(np.asarray(values))
     offs = _checked_offsets(offsets, vals.shape[0])

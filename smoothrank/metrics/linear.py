@@ -106,6 +106,13 @@ def pairwise_error(scores: Any, labels: Any, *, mask: Any = None, normalize: boo
 
     With ``normalize=True`` a query with Z = 0 (all labels equal) is NaN and skipped by the
     reductions.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.metrics import pairwise_error
+    >>> pairwise_error(torch.tensor([[0.3, 0.2, 0.1]]), torch.tensor([[0, 1, 2]]))
+    tensor(4.)
     """
     R.check_choice(reduction, R.REDUCTIONS, "reduction")
     if not isinstance(normalize, bool):

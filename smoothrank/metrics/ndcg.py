@@ -107,6 +107,14 @@ def dcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, gai
     Tensor
         Per-query values of shape (batch,) for ``reduction="none"``, else a scalar. A 1-D input
         gives a scalar.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.metrics import dcg
+    >>> scores = torch.tensor([[0.3, 0.2, 0.1]])
+    >>> round(dcg(scores, torch.tensor([[0, 1, 2]]), k=2, dtype=torch.float64).item(), 4)
+    0.6309
     """
     k = _check(k, gain, discount, ties, short, reduction)
     # Negative labels (LETOR's -1 "junk") are read when a gain mapping or callable is given for them.
@@ -133,7 +141,11 @@ def ndcg(scores: Any, labels: Any, *, mask: Any = None, k: int | None = None, ga
 
     Examples
     --------
-    >>> ndcg([0.3, 0.2, 0.1], [0, 1, 2], gain="linear", dtype=torch.float64)   # doctest: +SKIP
+    >>> import torch
+    >>> ndcg([0.3, 0.2, 0.1], [0, 1, 2], gain="linear", dtype=torch.float64)
+    tensor(0.6199, dtype=torch.float64)
+    >>> ndcg([[0.3, 0.2, 0.1]], [[0, 1, 2]], k=1)
+    tensor(0., dtype=torch.float64)
     """
     k = _check(k, gain, discount, ties, short, reduction)
     R.check_choice(empty, EMPTY, "empty")

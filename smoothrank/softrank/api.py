@@ -81,6 +81,16 @@ def soft_rank(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None,
     Returns
     -------
     Tensor, shape (batch, n, R), ``R = min(max_rank, n)``; zero rows for padded items.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.softrank import soft_rank
+    >>> r = soft_rank(torch.tensor([[2.0, 1.0, 0.0]]), sigma=0.5)
+    >>> r.shape
+    torch.Size([1, 3, 3])
+    >>> r.sum(-1).round(decimals=4)
+    tensor([[1., 1., 1.]])
     """
     mask = check_scores_mask(scores, mask)  # NaN or inf at a real position is refused, as by the losses
     if scores.dtype in (torch.float16, torch.bfloat16):

@@ -112,6 +112,13 @@ def pairwise_probabilities(scores: Tensor, *, sigma: float = 1.0, mask: Tensor |
     Tensor, shape (batch, n, n)
         ``Phi((s_i - s_j) / (sigma sqrt 2))`` on real pairs, 0 elsewhere. :func:`normal_cdf`
         saturates cleanly to 0 or 1 on huge gaps, so values and gradients stay finite.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.softrank import pairwise_probabilities
+    >>> pairwise_probabilities(torch.tensor([[2.0, 1.0, 0.0]]), sigma=0.5).shape
+    torch.Size([1, 3, 3])
     """
     mask = check_scores_mask(scores, mask)
     if scores.dtype in (torch.float16, torch.bfloat16):
@@ -128,5 +135,13 @@ def pairwise_probabilities(scores: Tensor, *, sigma: float = 1.0, mask: Tensor |
 
 
 def expected_ranks(scores: Tensor, *, sigma: float = 1.0, mask: Tensor | None = None) -> Tensor:
-    """Expected 0-based rank ``E[r_j] = sum_{i != j} pi_ij`` of every item (eq. 10); 0 on padding."""
+    """Expected 0-based rank ``E[r_j] = sum_{i != j} pi_ij`` of every item (eq. 10); 0 on padding.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from smoothrank.softrank import expected_ranks
+    >>> expected_ranks(torch.tensor([[2.0, 1.0, 0.0]]), sigma=0.5).round(decimals=3)
+    tensor([[0.0810, 1.0000, 1.9190]])
+    """
     return pairwise_probabilities(scores, sigma=sigma, mask=mask).sum(dim=1)

@@ -493,18 +493,23 @@ def _train_epoch(run: _Run, state: LoopState, epoch: int, progress: _Progress) -
 def _training_step(run: _Run, state: LoopState, batch: Any, epoch: int, step: int) -> float:
     """One optimiser step on ``batch``; the loss before it."""
     config, model = run.config, state.model
-    mask = batch.mask.to(run.device)
+    features, mask = batch.features.to(run.device), batch.mask.to(run.device)
+    if state.scorer is not None and features.shape[0] == 0:
+        # An empty share of a short last batch: one list of one zero document stands in (a model may
+        # not take a batch of no lists), scored for the gradients' all-reduce, its loss zero.
+        features = torch.zeros((1, *features.shape[1:]), device=run.device)
+        mask = torch.zeros((1, features.shape[1]), dtype=torch.bool, device=run.device)
+        mask[0, 0] = True
     try:
         with autocast(config.training.precision, run.device):
             if state.scorer is not None:
-                scores = state.scorer(batch.features.to(run.device), mask)
+                scores = state.scorer(features, mask)
             else:
-                scores = score_in_length_groups(model, batch.features.to(run.device), mask,
-                                                groups=config.training.length_groups)
+                scores = score_in_length_groups(model, features, mask, groups=config.training.length_groups)
             if run.group is None:
                 value = logged = run.loss(scores, batch.labels.to(run.device), mask=mask)
             else:
-                value, logged = _global_mean(run, scores, batch.labels.to(run.device), mask)
+                value, logged = _global_mean(run.loss, run.group, scores, batch.labels.to(run.device), mask)
     except SmoothrankError:
         # The losses refuse non-finite scores; if that is why, say when and why. Checked
         # only here, so that the training step itself pays nothing for it.
@@ -533,7 +538,8 @@ def _training_step(run: _Run, state: LoopState, batch: Any, epoch: int, step: in
     return float(logged.detach())
 
 
-def _global_mean(run: _Run, scores: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def _global_mean(loss: Callable[..., Tensor], group: Group, scores: Tensor, labels: Tensor, mask: Tensor
+                 ) -> tuple[Tensor, Tensor]:
     """This process's share of the global batch's loss, scaled so that DistributedDataParallel's
     average of the processes' gradients is the gradient of the mean over the global batch's
     informative queries (what ``reduction="mean"`` gives one process); and that mean, for the log.
@@ -545,18 +551,17 @@ def _global_mean(run: _Run, scores: Tensor, labels: Tensor, mask: Tensor) -> tup
     """
     from smoothrank import losses
 
-    if scores.shape[0] == 0:
+    if labels.shape[0] == 0:  # the stand-in of an empty share
         local = scores.float().sum() * 0.0
         n_local = torch.zeros((), device=scores.device)
     else:
         dtype = scores.dtype if scores.dtype in (torch.float32, torch.float64) else torch.float32
-        n_local = losses.informative_queries(run.loss, labels, mask=mask, dtype=dtype).sum()
-        local = run.loss(scores, labels, mask=mask, reduction="sum")
+        n_local = losses.informative_queries(loss, labels, mask=mask, dtype=dtype).sum()
+        local = loss(scores, labels, mask=mask, reduction="sum")
     totals = torch.stack([n_local.double(), local.detach().double()])
     torch.distributed.all_reduce(totals)
     n = totals[0].clamp_min(1)
-    world_size = run.group.world_size if run.group is not None else 1
-    return local * (world_size / n).to(local.dtype), totals[1] / n
+    return local * (group.world_size / n).to(local.dtype), totals[1] / n
 
 
 def _diverged(config: Config, what: str, epoch: int, step: int) -> str:
