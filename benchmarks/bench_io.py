@@ -83,7 +83,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         os.environ["SMOOTHRANK_CACHE"] = str(Path(cache) / "store")
         files = [(path, str(path.relative_to(SHARED))) for path in _files()]
-        if args.synthetic_docs > 0:
+        if args.synthetic_docs > 0 and args.files in "synthetic":
             plain = write_synthetic_letor(Path(cache) / "synthetic.txt", max(1, args.synthetic_docs // 120),
                                           120, 136, seed=0)
             synthetic = Path(cache) / "synthetic.txt.gz"

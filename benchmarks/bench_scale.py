@@ -1,6 +1,6 @@
 """Data at scale: memory and time of reading, re-opening and training on a large synthetic LETOR file.
 
-Usage: .venv/bin/python benchmarks/bench_scale.py [--docs 1000000] [--work /tmp/smoothrank-scale]
+Usage: .venv/bin/python benchmarks/bench_scale.py [--docs 1000000] [--work FOLDER]
        [--baseline /path/to/other/checkout] [--rounds 2] [--keep] [--skip-train]
 
 Writes (once; reused while it exists) a synthetic MSLR-like training file of ``--docs`` documents x 136
@@ -97,12 +97,12 @@ def _load(path: Path, env: dict[str, str], cache: bool, checkout: Path) -> tuple
     return peak, wall, float(line.split()[1])
 
 
-def _files(work: Path, docs: int) -> tuple[Path, Path]:
+def _files(work: Path, docs: int, valid_docs: int) -> tuple[Path, Path]:
     from smoothrank.datasets import write_synthetic_letor
 
     work.mkdir(parents=True, exist_ok=True)
-    train, valid = work / f"train-{docs}.txt", work / "valid-50000.txt"
-    for path, n_docs, seed in ((train, docs, 0), (valid, 50_000, 1)):
+    train, valid = work / f"train-{docs}.txt", work / f"valid-{valid_docs}.txt"
+    for path, n_docs, seed in ((train, docs, 0), (valid, valid_docs, 1)):
         if not path.exists():
             start = time.perf_counter()
             write_synthetic_letor(path, max(1, n_docs // 120), (40, 200), 136, seed=seed)
@@ -123,15 +123,21 @@ def _config(work: Path, train: Path, valid: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--docs", type=int, default=1_000_000)
-    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "smoothrank-scale")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="folder of the generated files and the store (default: a new temporary one)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another checkout to compare the parse with")
+    parser.add_argument("--valid-docs", type=int, default=50_000, help="documents of the validation file")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--config", type=Path, default=None, help="a training config (default: built here)")
     args = parser.parse_args()
-    train, valid = _files(args.work, args.docs)
+    if min(args.docs, args.valid_docs, args.rounds) < 1:
+        parser.error("--docs, --valid-docs and --rounds: expected positive integers")
+    if args.work is None:
+        args.work = Path(tempfile.mkdtemp(prefix="smoothrank-scale-"))
+    train, valid = _files(args.work, args.docs, args.valid_docs)
     cache = args.work / "cache"
     shutil.rmtree(cache, ignore_errors=True)
     env = {**os.environ, "SMOOTHRANK_CACHE": str(cache), "OMP_NUM_THREADS": "2"}

@@ -43,6 +43,12 @@ CASES = [
     ("bench_diag_hessian.py", ["--reps", "1", "--budgets", "1,2"], ["| list_mle |"]),
     ("bench_io.py", ["--rounds", "1", "--files", "rank.test"],
      ["| file | MB | sklearn ms |", "| LightGBM-lambdarank/rank.test.gz |"]),
+    ("bench_io.py", ["--rounds", "1", "--files", "synthetic", "--synthetic-docs", "600"],
+     ["| synthetic 600 docs x 136 |"]),
+    # every step in its own process (the training epoch left out: a minute on a loaded machine)
+    pytest.param("bench_scale.py", ["--docs", "2400", "--valid-docs", "600", "--rounds", "1", "--skip-train"],
+                 ["| first read |", "| re-open |", "parse (cache=False), this checkout"],
+                 marks=pytest.mark.slow),
     # "4X8": the sizes' upper-case form, as every other script reads them
     ("bench_neuralsort_precision.py", ["--rounds", "1", "--sizes", "4X8"], ["| neural_ndcg | 4 x 8 |"]),
     ("sinkhorn_convergence.py", ["--sizes", "8", "--iterations", "1,30"],
@@ -58,6 +64,9 @@ CASES = [
     ("profile_loss.py", ["--loss", "neural_ndcg", "--options", "temperature=0.5,k=3", "--batch", "4",
                          "--n", "8", "--calls", "1", "--rows", "5"],
      ["Self CPU time total"]),
+    # two files: one call for both, then one call each (three fresh interpreters in all)
+    pytest.param("bench_evaluate_many.py", ["--files", "2"], ["round 1: 2 files,", "one call each"],
+                 marks=pytest.mark.slow),
     # one process and two (torchrun): two training commands of one epoch each
     pytest.param("bench_distributed.py", ["--parts", "parity", "--parity-epochs", "1"],
                  ["| 1 process(es) | 1 |", "| 2 process(es) | 1 |", "same epoch: True"],
