@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -41,4 +41,4 @@ def without_autocast(fn: _F) -> _F:
             return fn(*args, **kwargs)
         with autocast_off(first.device):
             return fn(*args, **kwargs)
-    return wrapper  # type: ignore[return-value]
+    return cast(_F, wrapper)  # functools.wraps keeps fn's signature

@@ -129,6 +129,7 @@ def _gradient_function(name: str, opts: dict[str, Any], labels: np.ndarray, size
             raise _NotCovered
         _, grad = neural_dcg(s, gains, disc, offsets, temperature=tau, max_iter=iters, tol=float(opts["tol"]),
                              transposed=transposed, grad_scale=scale)
+        assert grad is not None, "neural_dcg returns a gradient when given grad_scale"
         return grad, None
 
     return neural

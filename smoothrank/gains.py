@@ -121,7 +121,8 @@ def gain(labels: Tensor, spec: GainLike = "exp2") -> Tensor:
             missing = torch.unique(labels[torch.isnan(out)]).tolist()
             raise SmoothrankError(f"gain: labels {missing} have no entry in the gain mapping")
         return out
-    return spec(labels)  # type: ignore[operator]
+    assert callable(spec), spec  # check_gain refuses any other name
+    return spec(labels)
 
 
 def _float32_rounding(x: float) -> float:
@@ -167,7 +168,8 @@ def discount(ranks: Tensor, spec: DiscountLike = "log2", *, list_size: Tensor | 
         return torch.as_tensor(list_size, dtype=ranks.dtype, device=ranks.device) - ranks
     if isinstance(spec, Mapping):
         return shallow_from_mapping(spec)(ranks)
-    return spec(ranks)  # type: ignore[operator]
+    assert callable(spec), spec  # check_discount refuses any other name
+    return spec(ranks)
 
 
 def real_gains(labels: Tensor, mask: Tensor, spec: Any) -> Tensor:

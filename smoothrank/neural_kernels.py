@@ -12,8 +12,11 @@ Numba is loaded on the first call.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+from torch import Tensor
 
 from smoothrank._autograd import first_derivative_only
 
@@ -50,7 +53,8 @@ class _NeuralDCG(torch.autograd.Function):
     """The kernel's value; its gradient, computed in the same pass when the scores need one."""
 
     @staticmethod
-    def forward(ctx, scores, gains, disc, mask, tau, max_iter, tol, transposed):  # type: ignore[override]
+    def forward(ctx: Any, scores: Tensor, gains: Tensor, disc: Tensor, mask: Tensor, tau: float,
+                max_iter: int, tol: float, transposed: bool) -> Tensor:
         mask = mask.to(torch.bool)
         sizes = mask.sum(-1)
         ranks = torch.arange(mask.shape[-1], device=mask.device) < sizes.unsqueeze(-1)
@@ -72,7 +76,7 @@ class _NeuralDCG(torch.autograd.Function):
 
     @staticmethod
     @first_derivative_only("NeuralNDCG (NeuralSort and Sinkhorn)")
-    def backward(ctx, gval):  # type: ignore[override]
+    def backward(ctx: Any, gval: Tensor) -> tuple[Tensor, None, None, None, None, None, None, None]:
         _, full = ctx.saved_tensors
         grad = (gval.to(torch.float64).unsqueeze(-1) * full).to(gval.dtype)
         return grad, None, None, None, None, None, None, None

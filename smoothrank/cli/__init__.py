@@ -73,11 +73,11 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     # argparse matches a sub-command's positionals once, before its first option, and leaves the
     # ones after it over; parse_intermixed_args would take them but does not support sub-commands.
     args, extras = parser.parse_known_args(argv)
-    dest = getattr(args, "positionals_anywhere", None)
+    dest: str | None = getattr(args, "positionals_anywhere", None)
     stray = [a for a in extras if a.startswith("-")] if dest is not None else extras
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
-    if extras:
+    if extras and dest is not None:  # without a dest, every extra is stray: refused above
         setattr(args, dest, [*getattr(args, dest), *extras])
     return args
 

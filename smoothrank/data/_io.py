@@ -10,7 +10,6 @@ import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from smoothrank._atomic import atomic_writer, write_bytes_atomic
 from smoothrank.errors import DataFormatError
@@ -60,7 +59,7 @@ def is_gzip(path: Path) -> bool:
         return handle.read(2) == GZIP_MAGIC
 
 
-def open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> io.BufferedIOBase:
     """Open ``path`` for reading bytes, decompressing it on the fly if it is gzip; other compressed
     or UTF-16 files are a DataFormatError (a damaged gzip stream may raise what :func:`gzip_errors`
     turns into one)."""

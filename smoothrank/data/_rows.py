@@ -173,7 +173,7 @@ def assemble(acc: Rows, *, source: str, options: ReaderOptions, query_sizes: np.
     def columns(block: np.ndarray) -> np.ndarray:
         return block[:, first_col:first_col + width]
 
-    arrays = {"features": _fill(sink, "features", np.float32, (n, width), order, columns)}
+    arrays: dict[str, Any] = {"features": _fill(sink, "features", np.float32, (n, width), order, columns)}
     arrays["labels"] = _fill(sink, "labels", np.float32, (n,), order)
     widest = max((d.itemsize for d in sink.dtypes("doc_ids")), default=4) // 4
     arrays["doc_ids"] = _fill(sink, "doc_ids", f"<U{max(widest, 1)}", (n,), order)
@@ -235,14 +235,15 @@ def _queries(acc: Rows, *, source: str, options: ReaderOptions, query_sizes: np.
                               "'<label> qid:<id> <index>:<value> ...'; for a LightGBM file without qid "
                               "put its query sizes in <file>.query beside it, which is read "
                               "automatically, or give load_letor(..., query_file=<the .query file>))")
-    first_block: dict[bytes | None, int] = {}
+    run_qids = [q for q in acc.run_qids if q is not None]  # all of them: a missing qid is refused above
+    first_block: dict[bytes, int] = {}
     regroup_needed = False
-    for b, q in enumerate(acc.run_qids):
+    for b, q in enumerate(run_qids):
         if q in first_block:
             if not options.regroup:
                 earlier = first_block[q]
                 raise DataFormatError(
-                    f"{source}:{acc.run_lines[b]}: qid {show(q)} reappears after other queries "  # type: ignore[arg-type]
+                    f"{source}:{acc.run_lines[b]}: qid {show(q)} reappears after other queries "
                     f"(its earlier rows end at line {acc.run_end_lines[earlier]}); rows of one query must be "
                     "contiguous: sort the file by qid, or pass regroup=True (--regroup of "
                     "smoothrank predict and evaluate)")
@@ -250,13 +251,14 @@ def _queries(acc: Rows, *, source: str, options: ReaderOptions, query_sizes: np.
         else:
             first_block[q] = b
     qid_order = list(first_block)
-    qids = np.asarray([qid_text(q, source, acc.run_lines[first_block[q]]) for q in qid_order],  # type: ignore[arg-type]
+    qids = np.asarray([qid_text(q, source, acc.run_lines[first_block[q]]) for q in qid_order],
                       dtype=np.str_)
-    run_sizes = np.diff(np.asarray([*acc.run_starts, n_rows], dtype=np.int64))
+    run_bounds = np.asarray([*acc.run_starts, n_rows], dtype=np.int64)
+    run_sizes = run_bounds[1:] - run_bounds[:-1]
     if not regroup_needed:
         return np.r_[0, np.cumsum(run_sizes)].astype(np.int64), qids, None
     rank = {q: r for r, q in enumerate(qid_order)}
-    run_rank = np.asarray([rank[q] for q in acc.run_qids], dtype=np.int64)
+    run_rank = np.asarray([rank[q] for q in run_qids], dtype=np.int64)
     row_rank = np.repeat(run_rank, run_sizes)
     order = np.argsort(row_rank, kind="stable")
     sizes = np.bincount(row_rank, minlength=len(qid_order))

@@ -269,8 +269,8 @@ def _check_integer_labels(labels: np.ndarray, labels32: np.ndarray) -> None:
         changed = np.zeros(idx.size, dtype=bool)
         small = magnitude[idx] < 2.0**53  # exact in float64 below 2^53 (2^53 + 1 reads as 2^53)
         changed[small] = sub32[small].astype(np.float64) != sub[small].astype(np.float64)
-        for j in np.flatnonzero(~small):
-            changed[j] = int(sub[j]) != int(sub32[j])
+        for i in np.flatnonzero(~small):
+            changed[i] = int(sub[i]) != int(sub32[i])
     if changed.any():
         j = int(np.argmax(changed))
         raise SmoothrankError(f"from_arrays: labels[{int(idx[j])}] is {int(sub[j])}, beyond 2^24 = 16777216: "

@@ -51,10 +51,11 @@ def _output(features: np.ndarray) -> np.ndarray:
 
 def _file_backed(array: np.ndarray) -> bool:
     """Whether ``array`` is (a view of) a memory map of a file."""
-    while array is not None:
-        if isinstance(array, np.memmap) or isinstance(array, mmap.mmap):
+    node: object = array  # then its bases: arrays, or the mmap.mmap or other buffer a view holds
+    while node is not None:
+        if isinstance(node, np.memmap) or isinstance(node, mmap.mmap):
             return True
-        array = getattr(array, "base", None)
+        node = getattr(node, "base", None)
     return False
 
 

@@ -177,7 +177,7 @@ def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[st
                      zero_based: Any = zero_based) -> Dataset:
                 return load_letor(path, n_features=n_features, zero_based=zero_based, null_value=null_value)
 
-            splits[split] = apply_null_value(path, read, null_value, f"data.{split}",  # type: ignore[assignment]
+            splits[split] = apply_null_value(path, read, null_value, f"data.{split}",  # type: ignore[assignment]  # WithMissing: missing_ok
                                              missing_ok=missing_ok)
         except IndexBaseError as err:
             # Only these are about zero_based, which the config did not set: a NaN or a bad label is not.

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -128,7 +128,7 @@ def make_synthetic(n_queries: int, docs_per_query: int | tuple[int, int], n_feat
 
 
 def write_synthetic_letor(path: str | os.PathLike[str], n_queries: int,
-                          docs_per_query: int | tuple[int, int], n_features: int, **options: object) -> Path:
+                          docs_per_query: int | tuple[int, int], n_features: int, **options: Any) -> Path:
     """Write :func:`make_synthetic`'s data (same arguments in ``options``) as a LETOR file.
 
     Lines are ``<label> qid:<q> 1:<v> ... <n_features>:<v>`` (every feature written, one-based,
@@ -140,7 +140,7 @@ def write_synthetic_letor(path: str | os.PathLike[str], n_queries: int,
     Path
         ``path``.
     """
-    spec = _spec(n_queries, docs_per_query, n_features, **options)  # type: ignore[arg-type]
+    spec = _spec(n_queries, docs_per_query, n_features, **options)
     cells = ["{:.0f}" if is_count else f"{{:.{spec.decimals}f}}" for is_count in spec.count_columns]
     template = "{:.0f} qid:{} " + " ".join(f"{j + 1}:{cell}" for j, cell in enumerate(cells)) + "\n"
     fmt = template.format

@@ -159,7 +159,7 @@ def _per_field(value: float | Sequence[float] | Mapping[str, float], fields: Seq
         return [float(value[f]) for f in fields]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return [float(value)] * len(fields)
-    values = list(value)  # type: ignore[arg-type]
+    values = list(value)  # type: ignore[arg-type]  # mypy keeps float: a bool passes the check above
     if len(values) != len(fields):
         raise ConfigError(f"model.{name}: {len(values)} values for {len(fields)} fields {list(fields)}")
     return [float(v) for v in values]

@@ -107,6 +107,13 @@ def _kernels() -> SimpleNamespace | None:
     return _excluded[0]
 
 
+def _loaded_kernels() -> SimpleNamespace:
+    """:func:`_kernels` on the Numba path, which :func:`resolve_backend` takes only where they load."""
+    kernels = _kernels()
+    assert kernels is not None, "the numba path is taken only where numba imports"
+    return kernels
+
+
 def __getattr__(name: str) -> Any:
     # HAVE_NUMBA: whether the compiled kernels can be used (importing it loads them).
     if name == "HAVE_NUMBA":
@@ -274,10 +281,11 @@ class RankBinomial(torch.autograd.Function):
         numba = path == "numba"
         if numba:
             if bool((select | ~mask).all()):  # every real document: blocked kernel
-                out = _kernels().blocked_forward(pi.detach().contiguous().numpy(), mask.numpy(), n_ranks)
+                kernels = _loaded_kernels()
+                out = kernels.blocked_forward(pi.detach().contiguous().numpy(), mask.numpy(), n_ranks)
                 return torch.from_numpy(out) * mask[..., None].to(pi.dtype)
             pi_t = pi.detach().transpose(1, 2).contiguous().numpy()
-            out = _kernels().forward(pi_t, mask.cpu().numpy(), select.cpu().numpy(), n_ranks)
+            out = _loaded_kernels().forward(pi_t, mask.cpu().numpy(), select.cpu().numpy(), n_ranks)
             return torch.from_numpy(out)
         cols = mask & select
         p = _torch_forward(pi.detach(), n_ranks)
@@ -294,12 +302,12 @@ class RankBinomial(torch.autograd.Function):
         if ctx.path == "fft":
             grad_pi = _fft_backward(pi.detach(), transform[0], grad_p)
         elif ctx.path == "numba" and bool((select | ~mask).all()):
-            g = _kernels().blocked_backward(pi.detach().contiguous().numpy(), mask.numpy(),
-                                        grad_p.contiguous().numpy())
+            g = _loaded_kernels().blocked_backward(pi.detach().contiguous().numpy(), mask.numpy(),
+                                                   grad_p.contiguous().numpy())
             grad_pi = torch.from_numpy(g)
         elif ctx.path == "numba":
             pi_t = pi.detach().transpose(1, 2).contiguous().numpy()
-            g = _kernels().backward(pi_t, mask.numpy(), select.numpy(), grad_p.contiguous().numpy())
+            g = _loaded_kernels().backward(pi_t, mask.numpy(), select.numpy(), grad_p.contiguous().numpy())
             grad_pi = torch.from_numpy(g).transpose(1, 2)
         else:
             grad_pi = _torch_backward(pi.detach(), grad_p)
@@ -365,7 +373,8 @@ class FusedRankBinomial(torch.autograd.Function):
         ctx.save_for_backward(scores, mask, rows)
         ctx.sigma = sigma
         s = scores.detach().contiguous().numpy()
-        return torch.from_numpy(_kernels().fused_forward(s, mask.numpy(), rows.numpy(), sigma, n_ranks))
+        kernels = _loaded_kernels()
+        return torch.from_numpy(kernels.fused_forward(s, mask.numpy(), rows.numpy(), sigma, n_ranks))
 
     @staticmethod
     @first_derivative_only("SoftNDCG (its rank distributions)")
@@ -373,8 +382,9 @@ class FusedRankBinomial(torch.autograd.Function):
         scores, mask, rows = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None
-        g = _kernels().fused_backward(scores.detach().contiguous().numpy(), mask.numpy(), rows.numpy(),
-                                      ctx.sigma, grad_p.detach().contiguous().numpy())
+        kernels = _loaded_kernels()
+        g = kernels.fused_backward(scores.detach().contiguous().numpy(), mask.numpy(), rows.numpy(),
+                                   ctx.sigma, grad_p.detach().contiguous().numpy())
         return torch.from_numpy(g).to(scores.dtype), None, None, None, None
 
 
@@ -430,9 +440,10 @@ class BlockedRankBinomial(torch.autograd.Function):
         batch, n = scores.shape
         out = scores.new_empty(batch, n, n_ranks)
         s = scores.detach()
+        kernels = _loaded_kernels()
         for q, cols in _column_blocks(batch, n):
             pi, _, _ = _contest_columns(s[q], mask[q], sigma, cols)
-            out[q, cols] = torch.from_numpy(_kernels().blocked_forward(pi.numpy(), mask[q].numpy(), n_ranks))
+            out[q, cols] = torch.from_numpy(kernels.blocked_forward(pi.numpy(), mask[q].numpy(), n_ranks))
         return out.mul_(mask[..., None].to(out.dtype))
 
     @staticmethod
@@ -451,8 +462,8 @@ class BlockedRankBinomial(torch.autograd.Function):
         for q, cols in _column_blocks(batch, n):
             m = mask[q]
             pi, diff, real = _contest_columns(s[q], m, sigma, cols)
-            g = torch.from_numpy(_kernels().blocked_backward(pi.numpy(), m.numpy(),
-                                                             grad_p[q, cols].contiguous().numpy()))
+            g = torch.from_numpy(_loaded_kernels().blocked_backward(pi.numpy(), m.numpy(),
+                                                                    grad_p[q, cols].contiguous().numpy()))
             del pi
             # w = G phi on the real pairs, in place on the block's own temporaries (a long list's
             # blocks are millions of entries: each extra copy was tens of MB)
