@@ -123,6 +123,7 @@ def _ndcg(line: str) -> float:
 
 
 def one_seed(folder: Path, seed: int) -> dict[str, float]:
+    """Corpus, statistics, default and planted NDCG, training, export and tuned NDCG for one seed."""
     folder.mkdir(parents=True, exist_ok=True)
     write_corpus(folder, seed)
     (folder / "config.yaml").write_text(CONFIG)
@@ -147,6 +148,7 @@ def one_seed(folder: Path, seed: int) -> dict[str, float]:
 
 
 def main_cli() -> None:
+    """Run the seeds given on the command line and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="working folder (one sub-folder per seed)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

@@ -2,13 +2,15 @@
 
 DCG@k = sum_{r=1..k} gain(label at rank r) * discount(r).
 
-Gains (``gain=``):
+Gains (``gain=``)::
+
     ``"exp2"``    2^rel - 1 (Burges et al.; LightGBM, allRank, the LETOR scripts)
     ``"linear"``  rel (trec_eval; NDCG^beta of Jin & Geng)
     a mapping     {label: gain}, e.g. LightGBM's ``label_gain``; an unmapped label is an error
     a callable    ``f(labels: Tensor) -> Tensor``, elementwise
 
-Discounts (``discount=``), for 1-based ranks r:
+Discounts (``discount=``), for 1-based ranks r::
+
     ``"log2"``    1 / log2(1 + r)
     ``"letor"``   1 at r = 1, 2 and 1 / log2(r) after (Jarvelin & Kekalainen; LETOR 4.0 scripts)
     ``"linear"``  |S| - r, the NDCG^beta weights of the ECML/PKDD 2010 Discovery Challenge
@@ -150,7 +152,7 @@ def discount(ranks: Tensor, spec: DiscountLike = "log2", *, list_size: Tensor | 
     """Elementwise discount of 1-based ``ranks``.
 
     ``list_size`` (broadcastable to ``ranks``) is required by ``"linear"`` only: the number of
-    real items |S| of each list.
+    real items ``|S|`` of each list.
     """
     check_discount(spec)
     ranks = ranks if ranks.is_floating_point() else ranks.to(torch.get_default_dtype())

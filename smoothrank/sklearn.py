@@ -104,6 +104,19 @@ class SmoothRanker(BaseEstimator):
         Write the training run folder there (``smoothrank train``'s files, ``model.pt`` among them).
     verbose : bool
         A progress bar on a terminal.
+
+    Examples
+    --------
+    >>> from smoothrank.datasets import make_synthetic
+    >>> from smoothrank.sklearn import SmoothRanker
+    >>> data = make_synthetic(6, 8, 4, seed=0)      # 6 queries of 8 documents, 4 features
+    >>> ranker = SmoothRanker(loss="list_net", model="linear", epochs=2, random_state=0)
+    >>> ranker = ranker.fit(data.features, data.labels, qid=data.query_ids)
+    >>> scores = ranker.predict(data.features, qid=data.query_ids)
+    >>> scores.shape, scores.dtype
+    ((48,), dtype('float64'))
+    >>> 0.0 <= ranker.score(data.features, data.labels, qid=data.query_ids) <= 1.0   # mean NDCG@10
+    True
     """
 
     def __init__(self, loss: str = "neural_ndcg", loss_options: Mapping[str, Any] | None = None, *,

@@ -255,7 +255,7 @@ def stochastic_neural_sort(scores: Tensor, *, mask: Tensor | None = None, temper
 
 def gumbel_perturb(scores: Tensor, *, n_samples: int, beta: float,
                    generator: torch.Generator | int | None = None, mask: Tensor | None = None) -> Tensor:
-    """``beta * scores + g`` with i.i.d. standard Gumbel g, shape (n_samples, *scores.shape).
+    """``beta * scores + g`` with independent standard Gumbel noise g, shape ``(n_samples, *scores.shape)``.
 
     Half-precision scores are perturbed in float32, and the result is float32: bfloat16 cannot hold
     the noise (its uniform draws stop at 0.992, which cut the Gumbel tail at 4.8 and made a gap of 6
@@ -557,7 +557,7 @@ def sinkhorn_with_info(matrix: Tensor, *, mask: Tensor | tuple[Tensor, Tensor] |
     Returns
     -------
     (P, marginal_error): P of shape (batch, n, n), zero outside the real block, and the largest
-    |row or column sum - 1| of each query, shape (batch,) (below ``tol`` unless ``max_iter`` ran out).
+    ``|row or column sum - 1|`` of each query, shape (batch,) (below ``tol`` unless ``max_iter`` ran out).
     """
     row_mask, col_mask = _split_mask(matrix, mask)
     u, v, err = sinkhorn_scaling(matrix, mask=(row_mask, col_mask), max_iter=max_iter, tol=tol)

@@ -64,6 +64,9 @@ CASES = [
     ("profile_loss.py", ["--loss", "neural_ndcg", "--options", "temperature=0.5,k=3", "--batch", "4",
                          "--n", "8", "--calls", "1", "--rows", "5"],
      ["Self CPU time total"]),
+    # two files: one call for both, then one call each (three fresh interpreters in all)
+    pytest.param("bench_evaluate_many.py", ["--files", "2"], ["round 1: 2 files,", "one call each"],
+                 marks=pytest.mark.slow),
     # one process and two (torchrun): two training commands of one epoch each
     pytest.param("bench_distributed.py", ["--parts", "parity", "--parity-epochs", "1"],
                  ["| 1 process(es) | 1 |", "| 2 process(es) | 1 |", "same epoch: True"],

@@ -140,3 +140,20 @@ def test_a_file_wider_than_the_inferred_limit_needs_n_features(files, capsys, tm
     assert status == 0 and json.loads(out)["metrics"]["map"] == pytest.approx((1 / 2 + 2 / 3) / 4)
     status, _, err = run_cli(capsys, "--data", wide, "--predictions", preds, "--n-features", 0)
     assert status == 2 and "--n-features: expected a positive count" in err
+
+
+def test_read_only_arrays_are_scored_without_a_library_warning():
+    # A memory-mapped dataset's labels are read-only: torch.from_numpy warned of them on every
+    # `smoothrank evaluate` of a cached file.
+    import warnings
+
+    import numpy as np
+
+    from smoothrank.metrics import evaluate_flat
+
+    scores, labels = np.array([0.3, 0.1, 0.2, 0.5]), np.array([1.0, 0.0, 2.0, 0.0])
+    scores.flags.writeable = labels.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = evaluate_flat(scores, labels, offsets=np.array([0, 2, 4]), metrics=["ndcg@2"])
+    assert bool(np.isfinite(np.asarray(out["ndcg@2"])).all())

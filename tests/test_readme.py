@@ -9,7 +9,9 @@ from conftest import REPO
 
 from smoothrank.cli import _parse, build_parser
 
-_DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md"))]
+#: The Markdown pages: docs/ and the results' pages under docs/results/.
+_PAGES = sorted([*(REPO / "docs").glob("*.md"), *(REPO / "docs" / "results").glob("*.md")])
+_DOCS = ["README.md", *(str(p.relative_to(REPO)) for p in _PAGES)]
 
 
 def test_readme_python_blocks_run():
@@ -21,8 +23,8 @@ def test_readme_python_blocks_run():
 
 
 def _docs_python_blocks() -> list[tuple[str, int, str]]:
-    return [(f"docs/{path.name}", i, block)
-            for path in sorted((REPO / "docs").glob("*.md"))
+    return [(str(path.relative_to(REPO)), i, block)
+            for path in _PAGES
             for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S))]
 
 

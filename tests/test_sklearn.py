@@ -164,11 +164,23 @@ def test_metadata_routing_through_grid_search_and_cross_validate():
 
 def test_no_files_unless_run_dir(tmp_path, monkeypatch):
     X, y, qid = _data(n_queries=6)
-    monkeypatch.chdir(tmp_path)
-    before = set(Path(tempfile.gettempdir()).glob("smoothranker-*"))
+    work, temp = tmp_path / "work", tmp_path / "temp"
+    work.mkdir()
+    temp.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # this test's own temporary folder
+    made, real = [], tempfile.TemporaryDirectory
+
+    def spy(*args, **kwargs):
+        folder = real(*args, **kwargs)
+        made.append(Path(folder.name))
+        return folder
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", spy)
     ranker = SmoothRanker(hidden=(8,), **FAST).fit(X, y, qid=qid)
-    assert list(tmp_path.iterdir()) == []
-    assert set(Path(tempfile.gettempdir()).glob("smoothranker-*")) == before
+    assert list(work.iterdir()) == []
+    # the trainer's checkpoints went to a temporary folder, removed when fit returned
+    assert made and all(folder.parent == temp and not folder.exists() for folder in made)
     run = tmp_path / "run"
     SmoothRanker(hidden=(8,), run_dir=run, **FAST).fit(X, y, qid=qid)
     assert (run / "model.pt").is_file() and (run / "metrics.jsonl").is_file()

@@ -169,7 +169,7 @@ def _check_finite(dataset: Dataset) -> None:
 
 def write_letor(path: str | os.PathLike[str], dataset: Dataset, *, sparse: bool = False,
                 doc_ids: bool = True) -> None:
-    """Write ``dataset`` as a LETOR file ``label qid:Q 1:v ... #docid = D`` (1-based indices).
+    """Write ``dataset`` as a LETOR file, one line ``label qid:Q 1:v 2:v #docid = D`` a document.
 
     float32 values are written with 9 significant digits, which reads back bit-identically.
     ``sparse=True`` omits zero values (read back with ``n_features=`` to keep trailing

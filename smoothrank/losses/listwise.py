@@ -208,7 +208,7 @@ def approx_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, r
         \ell = -\frac{1}{\mathrm{IDCG}} \sum_i g(y_i)\, d(\hat\pi_i)
 
     over the real items (no cutoff: ApproxNDCG would need a second approximation for it).
-    ``discount="linear"`` uses |S| - pi-hat.
+    ``discount="linear"`` uses ``|S| - pi-hat``.
 
     Examples
     --------

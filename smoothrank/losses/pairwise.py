@@ -277,7 +277,7 @@ def _lambda_rank_terms(scores: Tensor, labels: Tensor, mask: Tensor | None, redu
 def lambda_rank(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
                 sigma: float = 1.0, k: int | None = None, gain: Any = "exp2", discount: Any = "log2"
                 ) -> Tensor:
-    r"""LambdaRank: RankNet pair costs weighted by |Delta NDCG@k| of swapping the pair.
+    r"""LambdaRank: RankNet pair costs weighted by ``|Delta NDCG@k|`` of swapping the pair.
 
     .. math::
         \ell = \sum_{y_i > y_j} |\Delta \mathrm{NDCG}_{ij}| \log\big(1 + e^{-\sigma (s_i - s_j)}\big),
@@ -319,7 +319,7 @@ def lambda_rank_hessian_diagonal(scores: Tensor, labels: Tensor, *, mask: Tensor
         |\Delta \mathrm{NDCG}_{ij}|\, \rho_{ij} (1 - \rho_{ij}), \qquad
         \rho_{ij} = \frac{1}{1 + e^{\sigma (s_i - s_j)}}
 
-    with |Delta NDCG| (and the top-k condition) held at the current ranking, as autograd holds it.
+    with ``|Delta NDCG|`` (and the top-k condition) held at the current ranking, as autograd holds it.
     O(n^2) per query instead of the O(n^3) of one backward pass per list position. Shape, dtype,
     padding and ``reduction`` as in :func:`rank_net_hessian_diagonal`.
     """

@@ -230,7 +230,7 @@ def pad_groups(values: Any, offsets: Any, *, fill: float = 0.0) -> tuple[Tensor,
     """Lay flat per-document ``values`` out as (n_queries, max_list) rows with a mask.
 
     Query q's documents are ``values[offsets[q]:offsets[q+1]]``, in that order. Values of shape
-    (n_docs, *rest) (e.g. a feature matrix) give (n_queries, max_list, *rest); the mask is always
+    ``(n_docs, *rest)`` (e.g. a feature matrix) give ``(n_queries, max_list, *rest)``; the mask is always
     (n_queries, max_list).
 
     Examples

@@ -1,7 +1,7 @@
 """Linear NDCG (NDCG^beta) and the multipartite pairwise error of Jin & Geng.
 
 Xiao-Bo Jin and Guang-Gang Geng, "Linear NDCG and Pair-wise Loss" (arXiv, the evaluation measure
-of the ECML/PKDD 2010 Discovery Challenge). For a query of |S| items ranked by the scores f, with
+of the ECML/PKDD 2010 Discovery Challenge). For a query of ``|S|`` items ranked by the scores f, with
 labels r in {0, ..., L-1} (here any labels >= 0)::
 
     DCG^beta   = sum_{i=1}^{|S|} r_(i) (|S| - i)                       (eq. 1)
@@ -53,7 +53,7 @@ def ndcg_beta(scores: Any, labels: Any, *, mask: Any = None, ties: str = "input"
     """``NDCG^beta = DCG^beta / DCG^beta_ideal`` (Jin & Geng, eq. 1).
 
     ``empty`` is the value when the ideal DCG^beta is 0 (no relevant item, or a single item whose
-    weight |S| - 1 is 0): ``"one"``, ``"zero"`` or ``"skip"`` (NaN).
+    weight ``|S| - 1`` is 0): ``"one"``, ``"zero"`` or ``"skip"`` (NaN).
     """
     R.check_choice(reduction, R.REDUCTIONS, "reduction")
     R.check_choice(empty, EMPTY, "empty")
