@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from smoothrank._atomic import strict_json
@@ -149,14 +148,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _per_query_rows(dataset: Any, per_query: dict[str, np.ndarray], names: list[str]
+def _per_query_rows(dataset: Any, per_query: dict[str, torch.Tensor], names: list[str]
                     ) -> list[dict[str, Any]]:
     return [{"qid": str(qid), **{n: float(per_query[n][i]) for n in names}}
             for i, qid in enumerate(dataset.qids)]
 
 
 def _print_one(args: argparse.Namespace, names: list[str], conv: Any, entry: _Entry, dataset: Any,
-               per_query: dict[str, np.ndarray], means: dict[str, float]) -> None:
+               per_query: dict[str, torch.Tensor], means: dict[str, float]) -> None:
     if args.format == "json":
         doc: dict[str, Any] = {
             "data": str(args.data), "predictions": str(entry.path),

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     return _write(args, (dataset, loaded.score(dataset, source=args.data)))
 
 
-def _score_with_booster(args: argparse.Namespace) -> tuple[object, np.ndarray]:
+def _score_with_booster(args: argparse.Namespace) -> tuple[Any, np.ndarray]:
     """The data and its scores by a LightGBM or XGBoost model file (index base: the file's own)."""
     from smoothrank.data import load_letor
     from smoothrank.data.missing import apply_null_value
@@ -107,7 +107,7 @@ def _score_with_booster(args: argparse.Namespace) -> tuple[object, np.ndarray]:
     return dataset, booster.predict(dataset)
 
 
-def _write(args: argparse.Namespace, scored: tuple[object, np.ndarray]) -> int:
+def _write(args: argparse.Namespace, scored: tuple[Any, np.ndarray]) -> int:
     from smoothrank.data import write_predictions, write_trec_run
 
     dataset, scores = scored

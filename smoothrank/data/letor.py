@@ -140,7 +140,7 @@ def load_letor(
             raise SmoothrankError("query_file: give one per file: with several files, each file's .query "
                                   "side file is found beside it (query_file='auto')")
         return _load_shards(shards, options, query_file=query_file, cache=cache, verify=verify)
-    path = Path(path)  # type: ignore[arg-type]
+    path = Path(path)  # type: ignore[arg-type]  # several paths took the shards branch above
     if not path.is_file():
         if path.exists():
             raise SmoothrankError(f"{path}: not a file")
@@ -247,7 +247,7 @@ def _parse_file(path: Path, side: Path | None, options: ReaderOptions,
     """Parse the file ``path`` into the rows ``new_rows()`` gives (the compiled scanner first, then,
     if it gives up, the strict parser into fresh rows)."""
     sizes = _read_query_file(side) if side is not None else None
-    context = {"source": str(path), "options": options, "query_sizes": sizes,
+    context: dict[str, Any] = {"source": str(path), "options": options, "query_sizes": sizes,
                "query_source": str(side) if side else None}
     if path.stat().st_size >= FAST_MIN_BYTES:
         acc = new_rows()
@@ -340,7 +340,7 @@ def serves(info: dict[str, Any], options: ReaderOptions) -> bool:
         if options.zero_based is False and has_zero:
             return False
         auto_base = 0 if has_zero else 1
-        base = {True: 0, False: 1}.get(options.zero_based, auto_base)  # type: ignore[arg-type]
+        base = {True: 0, False: 1}.get(options.zero_based, auto_base)  # type: ignore[arg-type]  # "auto"
         if options.n_features is None:
             if max_index > MAX_INFERRED_FEATURES:
                 return False
@@ -393,7 +393,7 @@ def parse_letor(
     *,
     source: str = "<bytes>",
     query_sizes: Sequence[int] | None = None,
-    **options: object,
+    **options: Any,
 ) -> Dataset:
     """Parse LETOR text already in memory (the options are those of :func:`load_letor` except
     ``cache`` and ``query_file``: give the query sizes as ``query_sizes``).
@@ -413,11 +413,12 @@ def parse_letor(
     array([0, 2, 3])
     """
     data = _input_bytes(data)
-    opts = ReaderOptions(**options)  # type: ignore[arg-type]
+    opts = ReaderOptions(**options)  # ReaderOptions checks each
     check_readable(data[:HEAD_BYTES], source, gzip_ok=False, reads="parse_letor reads plain text")
     data = without_bom(data)
     sizes = None if query_sizes is None else _check_query_sizes(query_sizes)
-    context = {"source": source, "options": opts, "query_sizes": sizes, "query_source": "query_sizes"}
+    context: dict[str, Any] = {"source": source, "options": opts, "query_sizes": sizes,
+                               "query_source": "query_sizes"}
     with _memory_errors(source):
         if len(data) >= FAST_MIN_BYTES:
             dataset = _fast_parse(_memory_chunks(data, _CHUNK_BYTES), **context)
@@ -567,7 +568,7 @@ def _scan(kernel: Any, chunk: bytes | memoryview, options: ReaderOptions) -> dic
            "tok_col": np.empty(max_tok, dtype=np.int32), "tok_val": np.empty(max_tok, dtype=np.float32)}
     slow = np.empty((max_tok + max_rows, 3), dtype=np.int64)
     null_ok = options.null_value is not None
-    null = float(options.null_value) if null_ok else 0.0
+    null = float(options.null_value) if options.null_value is not None else 0.0
     status, n_rows, n_tok, n_slow, max_index, n_lines = kernel.scan_chunk(
         buf, null, null_ok, out["row_line"], out["row_label"], out["row_q"], out["row_d"], out["row_same"],
         out["tok_row"], out["tok_col"], out["tok_val"], slow)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from smoothrank.errors import SmoothrankError
 
@@ -115,9 +116,9 @@ def _same_source(recorded: Mapping[str, Any] | None, current: Mapping[str, Any])
                                                                                       strict=True)):
         return False
     side, now = recorded.get("side"), current.get("side")
-    if (side is None) != (now is None):
-        return False
-    return side is None or all(side.get(f) == now.get(f) for f in fields)
+    if side is None or now is None:
+        return side is None and now is None
+    return all(side.get(f) == now.get(f) for f in fields)
 
 
 def read_manifest(entry: Path) -> dict[str, Any] | None:
@@ -301,7 +302,7 @@ def evict(limit: int | None = None, *, keep: Path | None = None) -> list[Path]:
     return removed
 
 
-def scratch_array(shape: tuple[int, ...], dtype: np.dtype | str = np.float32) -> np.ndarray:
+def scratch_array(shape: tuple[int, ...], dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """A zeroed array of ``shape`` backed by an unlinked temporary file in the store's folder (its pages
     live in the page cache, not in the process's anonymous memory; the file is gone when the array is):
     where a transform of memory-mapped features writes its output. Space is reserved first, so a full
