@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 SOURCE = ("LETOR 4.0 official baselines, MQ2008, 5-fold test average, Eval-Score-4.0.pl "
           "(Qin & Liu, arXiv:1306.2597, 2013)")
+PER_FOLD_SOURCE = ("LETOR 4.0 official baselines, MQ2008, per-fold test sets, Eval-Score-4.0.pl "
+                   "(Qin & Liu, arXiv:1306.2597, 2013)")
 CONVENTION = "letor4"
 COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "p@1", "map")
 

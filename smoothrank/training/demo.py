@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from smoothrank.published import CONVENTION, SOURCE, baselines_for_folds
+from smoothrank.published import CONVENTION, PER_FOLD_SOURCE, baselines_for_folds
 from smoothrank.training.config import Config, config_from_dict
 
 __all__ = ["DEFAULT_LOSSES", "LEADERBOARD_METRICS", "demo_config", "format_leaderboard", "run_demo"]
@@ -69,13 +69,15 @@ def format_leaderboard(results: dict[str, dict[str, float]], *, folds: Sequence[
     lines.append(rule)
     for name, values in published.items():
         lines.append(_row(f"{name} (LETOR 4.0, {where})", values, width))
-    lines += [rule, f"published: {SOURCE}; rows of the same test folds as this run"
-              + ("" if len(set(folds)) == 5 else " (P@1 is published only as the five-fold average)") + "."]
+    lines += [rule, f"published: {PER_FOLD_SOURCE};",
+              "the rows of the same test folds as this run"
+              + ("." if len(set(folds)) == 5 else " (P@1 is published only as the five-fold average).")]
     if len(folds) == 1:
         lines.append(f"This run: Fold{folds[0]} (model selection on its validation split by NDCG@10, "
-                     "scored on its test split), beside the published rows of the same test fold: folds")
-        lines.append("differ more than methods do (NDCG@1 0.30-0.44 for one method), so only same-fold "
-                     "rows compare; --folds 1-5 gives the five-fold average.")
+                     "scored on its test split),")
+        lines.append("beside the published rows of the same test fold: folds differ more than methods do "
+                     "(NDCG@1 0.30-0.44 for one method),")
+        lines.append("so only same-fold rows compare; --folds 1-5 gives the five-fold average.")
     else:
         lines.append(f"This run: the mean over {where} of each fold's test metrics (model selection on "
                      "each fold's validation split by NDCG@10), averaged like the published rows.")
