@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from smoothrank.errors import SmoothrankError
+
 SOURCE = ("LETOR 4.0 official baselines, MQ2008, 5-fold test average, Eval-Score-4.0.pl "
           "(Qin & Liu, arXiv:1306.2597, 2013)")
 PER_FOLD_SOURCE = ("LETOR 4.0 official baselines, MQ2008, per-fold test sets, Eval-Score-4.0.pl "
@@ -85,8 +87,8 @@ def baselines_for_folds(folds: Sequence[int]) -> dict[str, dict[str, float]]:
     0.2303
     """
     chosen = sorted(set(folds))
-    if not chosen or any(fold not in range(1, 6) for fold in chosen):
-        raise ValueError(f"folds: expected distinct folds among 1..5, got {list(folds)}")
+    if not chosen or len(chosen) != len(folds) or any(fold not in range(1, 6) for fold in chosen):
+        raise SmoothrankError(f"folds: expected distinct folds among 1..5, got {list(folds)}")
     rows: dict[str, dict[str, float]] = {}
     for name, per_fold in MQ2008_BASELINES_PER_FOLD.items():
         rows[name] = {m: sum(per_fold[f][m] for f in chosen) / len(chosen) for m in PER_FOLD_COLUMNS}

@@ -47,6 +47,15 @@ def test_leaderboard_prints_convention_and_baselines():
     assert float(row.split()[-3]) == pytest.approx((0.2108 + 0.2557) / 2, abs=1e-4)
 
 
+@pytest.mark.parametrize("folds", [[], [0], [6], [1, 1], [2, 7]])
+def test_baselines_for_folds_refuses_folds_outside_one_to_five(folds):
+    from smoothrank.errors import SmoothrankError
+    from smoothrank.published import baselines_for_folds
+
+    with pytest.raises(SmoothrankError, match=r"folds: expected distinct folds among 1\.\.5"):
+        baselines_for_folds(folds)
+
+
 def test_per_fold_numbers_match_the_shared_readme(shared_dir):
     text = (shared_dir / "data" / "README.md").read_text()
     for line in text.splitlines():
