@@ -6,8 +6,9 @@ Each transform has ``fit(dataset) -> self``, ``transform(dataset) -> Dataset`` a
 
 :func:`transformed` applies a fitted transform lazily instead: a :class:`TransformedDataset`
 whose ``features[rows]`` are the transformed rows, computed when a batch gathers them, so that
-training, ``predict`` and ``evaluate`` never hold a transformed copy of a split. ``Compose.fit``
-fits each step on such a view of the previous ones (one streaming pass per statistic).
+training and scoring with a saved model (``smoothrank predict``) never hold a transformed copy of
+a split. ``Compose.fit`` fits each step on such a view of the previous ones (one streaming pass per
+statistic).
 """
 
 from __future__ import annotations
