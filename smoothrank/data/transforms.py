@@ -431,10 +431,25 @@ class TransformedDataset:
 
 
 def transformed(transform: Transform | None, dataset: Dataset, *, check: bool = True) -> TransformedDataset:
-    """``dataset`` under the fitted ``transform``, applied to the rows a batch reads
-    (:class:`TransformedDataset`; the same float32 values as ``transform.transform(dataset)``, with
-    no transformed copy of the features). With ``check``, every row is transformed once first
-    (:meth:`TransformedDataset.check`), so that a value the transform refuses is reported now."""
+    """``dataset`` under the fitted ``transform``, applied to the rows a batch reads.
+
+    Parameters
+    ----------
+    transform : Transform or None
+        A fitted :class:`Standardize`, :class:`SignedLog1p`, :class:`QueryMinMax` or a
+        :class:`Compose` of them (None: the features as they are).
+    dataset : Dataset
+        Features (n_docs, n_features), in memory or memory-mapped.
+    check : bool
+        Transform every row once first, a block at a time, keeping nothing
+        (:meth:`TransformedDataset.check`), so that a value the transform refuses is reported now.
+
+    Returns
+    -------
+    TransformedDataset
+        ``features[rows]`` is float32 (len(rows), n_features): the values of
+        ``transform.transform(dataset).features[rows]``, bit for bit, with no transformed copy made.
+    """
     view = TransformedDataset(dataset, transform)
     return view.check() if check else view
 
