@@ -95,7 +95,7 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
             expected_discount = score_hybrid_expected_discounts(
                 scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask,
                 n_exact=n_exact)
-        elif method == "exact" and not sinkhorn and can_use_jacobian(scores, backend):
+        elif method == "exact" and not sinkhorn and can_use_jacobian(scores, n_ranks, backend):
             # Exact distributions, their expected discounts and the Jacobian in one pass a query.
             expected_discount = score_exact_expected_discounts(
                 scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask)

@@ -564,11 +564,16 @@ class ExactExpectedDiscount(torch.autograd.Function):
         return torch.from_numpy(grad).to(grad_ed.dtype), None, None, None
 
 
-def can_use_jacobian(scores: Tensor, backend: str) -> bool:
-    """Whether :func:`score_exact_expected_discounts` applies: the CPU kernels (:func:`can_fuse`) and
-    at most :data:`JACOBIAN_ENTRIES` contest pairs."""
+# Ranks times documents of one query up to which its states are all kept (LANES of them per thread:
+# 32 MiB in float32 at the bound).
+JACOBIAN_STATES = 1 << 18
+
+
+def can_use_jacobian(scores: Tensor, n_ranks: int, backend: str) -> bool:
+    """Whether :func:`score_exact_expected_discounts` applies: the CPU kernels (:func:`can_fuse`), at
+    most :data:`JACOBIAN_ENTRIES` contest pairs and :data:`JACOBIAN_STATES` states a query."""
     batch, n = scores.shape
-    return batch * n * n <= JACOBIAN_ENTRIES and can_fuse(scores, backend)
+    return batch * n * n <= JACOBIAN_ENTRIES and n * n_ranks <= JACOBIAN_STATES and can_fuse(scores, backend)
 
 
 def score_exact_expected_discounts(scores: Tensor, discounts: Tensor, *, sigma: float,
