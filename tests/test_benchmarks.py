@@ -19,10 +19,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 CASES = [
     # script, arguments, lines the output must contain
-    ("bench_losses.py", ["--rounds", "1", "--repeats", "1", "--no-peer", "--losses", "list_mle,soft_ndcg",
-                         "--sizes", "4x8"],
+    ("bench_losses.py", ["--rounds", "1", "--repeats", "1", "--no-peer", "--losses",
+                         "list_mle,soft_ndcg,soft_ndcg@3", "--sizes", "4x8"],
      ["| loss | implementation | batch x n |", "| list_mle | ours | 4 x 8 |",
-      "| soft_ndcg | ours | 4 x 8 |"]),
+      "| soft_ndcg | ours | 4 x 8 |", "| soft_ndcg@3 | ours | 4 x 8 |"]),
     ("bench_softrank.py", ["--sizes", "4x8", "--rounds", "1", "--reps", "1", "--no-peer",
                            "--cases", "soft_ndcg exact", "neural_ndcg (this project)"],
      ["| case | 4x8 |", "| soft_ndcg exact |", "| neural_ndcg (this project) |"]),
