@@ -347,18 +347,24 @@ class TransformedFeatures:
         return self.shape[0]
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        n = self.shape[0]
+        n, width = self.shape
         if isinstance(index, slice):
             rows = np.arange(*index.indices(n), dtype=np.int64)
-            raw = np.asarray(self._dataset.features[index], dtype=np.float32)
         else:
             rows = np.asarray(index)
             if rows.ndim != 1 or rows.dtype.kind not in "iu":
                 raise SmoothrankError("TransformedFeatures: index with a slice or a 1-D array of row "
                                       f"indices, got {index!r:.80}")
             rows = np.where(rows < 0, rows + n, rows).astype(np.int64)
-            raw = np.asarray(self._dataset.features[rows], dtype=np.float32)
-        return _apply_steps(self._steps, self._dataset, rows, raw)
+        out = np.empty((rows.shape[0], width), dtype=np.float32)
+        source = self._dataset.features
+        contiguous = isinstance(index, slice) and index.indices(n)[2] == 1
+        # A block of rows at a time: the float64 arithmetic's temporaries are a block's, not the batch's.
+        for block in _row_blocks(rows.shape[0], width):
+            part = rows[block]
+            raw = source[int(part[0]):int(part[-1]) + 1] if contiguous else source[part]
+            out[block] = _apply_steps(self._steps, self._dataset, part, np.asarray(raw, dtype=np.float32))
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         """Every row transformed (a copy of the split: for small data and inspection)."""
