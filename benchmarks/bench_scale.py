@@ -12,7 +12,8 @@ memory (``RssAnon`` of ``/proc/PID/status``) of the whole process tree every 10 
 - re-open: the same call again, the store filled (its time measured inside the process);
 - parse: ``load_letor(train, cache=False)``, the in-memory parse, of this checkout and, with
   ``--baseline``, of another checkout (e.g. ``git archive <commit> smoothrank | tar -x -C DIR``),
-  interleaved, ``--rounds`` each (the compiled kernel loaded before the clock starts);
+  interleaved, ``--rounds`` each (the compiled kernel loaded before the clocks start): wall and CPU
+  time (``time.process_time``, all threads of the process) of the call;
 - train: one epoch of ``smoothrank train`` (MLP, ListNet, signed_log1p + standardize, the 50k-document
   validation file), the store filled.
 
@@ -85,16 +86,18 @@ def _python(code: str) -> list[str]:
 
 
 _LOAD = ("import time, sys; from smoothrank.data import load_letor, parse_letor; "
-         "parse_letor(b'0 qid:1 1:0.5\\n' * 8000); t = time.perf_counter(); "  # the kernel loaded (compiled)
-         "ds = load_letor(sys.argv[1], cache={cache}); "
-         "print('SECONDS', time.perf_counter() - t, ds.n_docs, ds.n_features, type(ds.features).__name__)")
+         "parse_letor(b'0 qid:1 1:0.5\\n' * 8000); t, c = time.perf_counter(), time.process_time(); "
+         "ds = load_letor(sys.argv[1], cache={cache}); "  # the kernel loaded (compiled) before the clocks
+         "print('SECONDS', time.perf_counter() - t, time.process_time() - c, ds.n_docs, ds.n_features, "
+         "type(ds.features).__name__)")
 
 
-def _load(path: Path, env: dict[str, str], cache: bool, checkout: Path) -> tuple[float, float, float]:
+def _load(path: Path, env: dict[str, str], cache: bool, checkout: Path) -> tuple[float, float, float, float]:
+    """(peak RssAnon MiB, process wall seconds, the call's wall seconds, the call's CPU seconds)."""
     env = {**env, "PYTHONPATH": str(checkout)}
     peak, wall, out = measured([*_python(_LOAD.format(cache=cache)), str(path)], env)
     line = next(line for line in out.splitlines() if line.startswith("SECONDS"))
-    return peak, wall, float(line.split()[1])
+    return peak, wall, float(line.split()[1]), float(line.split()[2])
 
 
 def _files(work: Path, docs: int, valid_docs: int) -> tuple[Path, Path]:
@@ -145,16 +148,16 @@ def main() -> None:
     bare, _, _ = measured(_python("import smoothrank.data, smoothrank.datasets, numba, torch"),
                           {**env, "PYTHONPATH": str(REPO)})
     rows.append(("bare interpreter + package, numba, torch", bare, None))
-    peak, wall, _ = _load(train, env, True, REPO)
+    peak, wall, _, _ = _load(train, env, True, REPO)
     rows.append(("first read", peak, wall))
     for _ in range(2):
-        peak, wall, inner = _load(train, env, True, REPO)
+        peak, _, inner, _ = _load(train, env, True, REPO)
         rows.append(("re-open", peak, inner))
-    times: dict[str, list[float]] = {"this checkout": [], "baseline": []}
-    for _ in range(args.rounds):
-        times["this checkout"].append(_load(train, env, False, REPO)[2])
+    times: dict[str, list[tuple[float, float]]] = {"this checkout": [], "baseline": []}
+    for _ in range(args.rounds):  # alternating, so that a change of the machine's load hits both
+        times["this checkout"].append(_load(train, env, False, REPO)[2:])
         if args.baseline is not None:
-            times["baseline"].append(_load(train, env, False, args.baseline)[2])
+            times["baseline"].append(_load(train, env, False, args.baseline)[2:])
     if not args.skip_train:
         config = args.config or _config(args.work, train, valid)
         cmd = [sys.executable, "-m", "smoothrank", "train", str(config), "--quiet"]
@@ -170,8 +173,10 @@ def main() -> None:
               f"{'-' if seconds is None else f'{seconds:.2f}'} |")
     for name, values in times.items():
         if values:
-            print(f"parse (cache=False), {name}: " + ", ".join(f"{v:.1f}" for v in values)
-                  + f" s (median {statistics.median(values):.1f})")
+            wall, cpu = [w for w, _ in values], [c for _, c in values]
+            print(f"parse (cache=False), {name}: wall " + ", ".join(f"{w:.1f}" for w in wall)
+                  + f" s (median {statistics.median(wall):.1f}); CPU " + ", ".join(f"{c:.1f}" for c in cpu)
+                  + f" s (median {statistics.median(cpu):.1f})")
     if not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)
 

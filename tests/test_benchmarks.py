@@ -43,6 +43,8 @@ CASES = [
                            "lambda_rank,neural_ndcg-torch,soft_ndcg,soft_ndcg-torch"],
      ["synthetic (20 queries,", "| lambda_rank | constant |", "| neural_ndcg-torch | constant |",
       "| soft_ndcg | constant |", "| soft_ndcg-torch | constant |"]),
+    ("bench_versions.py", ["--old", str(REPO), "--size", "4x8", "--rounds", "1", "--calls", "1"],
+     ["| round | old min | old median | this min | this median |", "| 1 |"]),
     ("bench_diag_hessian.py", ["--reps", "1", "--budgets", "1,2"], ["| list_mle |"]),
     ("bench_io.py", ["--rounds", "1", "--files", "rank.test"],
      ["| file | MB | sklearn ms |", "| LightGBM-lambdarank/rank.test.gz |"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -301,3 +302,19 @@ def test_training_recovers_the_planted_ranking_quality_and_parameters(seed, one_
     assert params["body"]["b"] == pytest.approx(0.9, abs=0.15)
     assert params["title"]["weight"] / model.parameters_dict()["k1"] == pytest.approx(2.0, rel=0.5)
     assert math.isfinite(params["title"]["b"])
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("b", True), ("weights", False), ("b", [0.5, True]), ("weights", "12"),
+    ("weights", {"title": "x", "body": 1.0}), ("b", None), ("weights", [1.0]),
+])
+def test_bm25f_refuses_non_numeric_per_field_values(option, value):
+    with pytest.raises(ConfigError, match=f"model.{option}"):
+        BM25F(packed_width(2, 2), fields=["title", "body"], **{option: value})
+
+
+def test_bm25f_takes_numpy_numbers_per_field():
+    model = BM25F(packed_width(2, 2), fields=["title", "body"], weights=[np.float32(2.0), np.int64(1)],
+                  b=np.float64(0.5))
+    weights = torch.nn.functional.softplus(model.raw.weights.detach())
+    assert torch.allclose(weights, torch.tensor([2.0, 1.0]), atol=1e-5)

@@ -269,6 +269,41 @@ def test_query_min_max_and_constant_feature():
     assert np.all(np.isfinite(const.features))
 
 
+def test_transforms_applied_to_a_batch_give_the_rows_of_the_whole_transform(monkeypatch):
+    # transformed(): the rows a batch reads, transformed when read, are those of transform() on the
+    # whole split, to the bit; QueryMinMax takes its extremes over the whole query, not the slate.
+    from smoothrank.data import store
+    from smoothrank.data.transforms import TransformedDataset, transformed
+
+    monkeypatch.setattr(store, "scratch_array", None)  # no file-backed copy either
+    train, test = _toy(sizes=(30, 1, 70, 20, 45), n_features=4, seed=1), _toy(sizes=(9, 40, 3), n_features=4)
+    steps = ([SignedLog1p(), Standardize()], [QueryMinMax(), SignedLog1p([1, 3]), Standardize()],
+             [Standardize(), QueryMinMax()])
+    for pipeline in (Compose(s).fit(train) for s in steps):
+        for ds in (train, test):
+            whole, view = pipeline.transform(ds), transformed(pipeline, ds)
+            assert isinstance(view, TransformedDataset) and view.n_docs == ds.n_docs
+            rows = np.random.default_rng(0).permutation(ds.n_docs)[: ds.n_docs // 2]
+            np.testing.assert_array_equal(view.features[rows], whole.features[rows])
+            np.testing.assert_array_equal(view.features[3:17], whole.features[3:17])
+            np.testing.assert_array_equal(np.asarray(view.features), whole.features)
+            slates = {"list_size": 8, "batch_size": 2, "seed_or_generator": 5}
+            pairs = zip(training_batches(view, **slates), training_batches(whole, **slates), strict=True)
+            for a, b in pairs:
+                assert torch.equal(a.features, b.features) and torch.equal(a.rows, b.rows)
+            for a, b in zip(evaluation_batches(view), evaluation_batches(whole), strict=True):
+                assert torch.equal(a.features, b.features)
+            sub = view.subset([2, 0])
+            np.testing.assert_array_equal(np.asarray(sub.features), whole.subset([2, 0]).features)
+    # A value the transform refuses is an error when the view is made, naming its line.
+    wide = Dataset.from_arrays(np.array([[0.0], [1.0], [3e38]]), np.zeros(3), [1, 1, 2])
+    fitted = Standardize().fit(wide.subset([0]))
+    with pytest.raises(SmoothrankError, match=r"<arrays>:3: column 0 \(3e\+38\) standardises to"):
+        transformed(fitted, wide)
+    with pytest.raises(SmoothrankError, match="fit"):
+        transformed(Standardize(), wide)
+
+
 # ----------------------------------------------------------------------------- writers
 def test_predictions_trec_qrels(tmp_path):
     ds = _toy()

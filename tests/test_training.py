@@ -745,3 +745,30 @@ def test_float16_on_the_cpu_is_a_config_error(small_letor, tmp_path):
     assert not (tmp_path / "f16").exists()
     with pytest.raises(ConfigError, match="precision"):
         make_config(small_letor, tmp_path / "x", training={"precision": "float64"})
+
+
+@pytest.mark.parametrize("steps", [
+    ["signed_log1p", "standardize"],
+    [{"name": "signed_log1p", "features": [0, 2]}, "query_minmax", "standardize"],
+])
+def test_transforms_applied_per_batch_train_the_model_of_transformed_splits(small_letor, tmp_path, steps):
+    # The trainer applies the fitted transforms to each batch's rows (no transformed copy of a split);
+    # the model must be the one trained on the splits transformed whole beforehand, bit for bit.
+    from smoothrank.data import load_letor
+    from smoothrank.data.transforms import TransformedDataset
+    from smoothrank.training.blocks import build_transform
+    from smoothrank.training.inference import predict_scores
+
+    sgd = {"name": "sgd", "lr": 0.05}
+    per_batch = train(make_config(small_letor, tmp_path / "a", transforms=steps, optimizer=sgd), quiet=True)
+    raw = {name: load_letor(path, cache=True) for name, path in small_letor.items()}  # memory maps
+    whole = build_transform(make_config(small_letor, tmp_path / "x", transforms=steps))
+    whole.fit(raw["train"])
+    splits = {name: whole.transform(ds) for name, ds in raw.items()}
+    before = train(make_config(small_letor, tmp_path / "b", optimizer=sgd), quiet=True, splits=splits)
+    assert _strip_time(per_batch.history) == _strip_time(before.history)
+    assert _weights_equal(per_batch.model.state_dict(), before.model.state_dict())
+    assert per_batch.test_metrics == before.test_metrics
+    loaded = load_model(tmp_path / "a" / MODEL_FILE)
+    assert isinstance(loaded.prepared(raw["test"]), TransformedDataset)
+    np.testing.assert_array_equal(loaded.score(raw["test"]), predict_scores(before.model, splits["test"]))

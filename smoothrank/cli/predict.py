@@ -46,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
     from smoothrank._atomic import check_destination
     from smoothrank.data import load_letor
     from smoothrank.data.missing import apply_null_value
-    from smoothrank.data.writers import check_trec_tag
+    from smoothrank.data.writers import check_trec_tag, write_scores
     from smoothrank.errors import IndexBaseError
     from smoothrank.experiments.gbdt import booster_library
     from smoothrank.training.artifact import load_model
+    from smoothrank.training.inference import scored_chunks
 
     # Before the model and the data are read: a bad destination (or the input itself) or tag.
     check_destination(args.out, "--out", inputs={"MODEL": args.model, "DATA": args.data})
@@ -71,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
                               regroup=args.regroup, allow_real_labels=True, allow_negative_labels=True,
                               null_value=null_value)
 
-        dataset = apply_null_value(args.data, read, _null_value(args.null_value), "--null-value",
-                                   missing_ok=False)
+        dataset: Any = apply_null_value(args.data, read, _null_value(args.null_value), "--null-value",
+                                        missing_ok=False)
     except IndexBaseError as err:
         # They name zero_based, which the user of predict did not set: say why.
         if zero_based == "auto":
@@ -83,7 +84,11 @@ def run(args: argparse.Namespace) -> int:
         hint = (" (a sparse file may pass --n-features)" if dataset.n_features < loaded.n_features else "")
         raise CLIError(f"{args.data} has {dataset.n_features} features but the model {args.model} was "
                        f"trained on {loaded.n_features}{hint}")
-    return _write(args, (dataset, loaded.score(dataset, source=args.data)))
+    # Scored into a file-backed scratch array, written a range of queries at a time: no score array
+    # in memory.
+    write_scores(args.out, dataset, scored_chunks(loaded, dataset, source=args.data), format=args.format,
+                 tag=args.tag)
+    return 0
 
 
 def _score_with_booster(args: argparse.Namespace) -> tuple[Any, np.ndarray]:

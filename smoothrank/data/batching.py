@@ -92,10 +92,11 @@ def _fill(dataset: Dataset, queries: Sequence[int], positions: Sequence[np.ndarr
     for i, (q, local) in enumerate(zip(queries, positions, strict=True)):
         r = dataset.offsets[q] + local
         n = r.shape[0]
-        feats[i, :n] = dataset.features[r]
         labels[i, :n] = dataset.labels[r]
         mask[i, :n] = True
         rows[i, :n] = r
+    # One gather of the batch's rows (a transformed dataset transforms them here, all at once).
+    feats[mask] = dataset.features[rows[mask]]
     return Batch(torch.from_numpy(feats), torch.from_numpy(labels), torch.from_numpy(mask),
                  torch.as_tensor(np.asarray(queries, dtype=np.int64)), torch.from_numpy(rows))
 

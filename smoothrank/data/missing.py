@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from smoothrank.data._io import read_bytes
+from smoothrank.data._io import gzip_errors, open_binary
 from smoothrank.data.dataset import Dataset
 from smoothrank.errors import ConfigError, SmoothrankWarning
 
@@ -46,9 +46,20 @@ def check_null_value(value: Any, where: str) -> float | str | None:
     return float(value)
 
 
-def count_nulls(path: str | os.PathLike[str]) -> int:
-    """The number of ``NULL`` feature values in a LETOR file (plain or gzip)."""
-    return read_bytes(Path(path)).count(b":NULL")
+_NULL_TOKEN = b":NULL"
+
+
+def count_nulls(path: str | os.PathLike[str], *, chunk: int = 1 << 24) -> int:
+    """The number of ``NULL`` feature values in a LETOR file (plain or gzip), read ``chunk`` bytes at
+    a time (memory: a chunk, whatever the file's size)."""
+    keep = len(_NULL_TOKEN) - 1  # a token split between two chunks is counted once, in the second
+    count, tail = 0, b""
+    with gzip_errors(path), open_binary(Path(path)) as handle:
+        while block := handle.read(chunk):
+            data = tail + block
+            count += data.count(_NULL_TOKEN)
+            tail = data[-keep:]
+    return count
 
 
 class WithMissing:

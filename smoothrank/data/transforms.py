@@ -3,6 +3,11 @@
 Each transform has ``fit(dataset) -> self``, ``transform(dataset) -> Dataset`` and a JSON-able
 ``state_dict()``; :func:`transform_from_state` rebuilds it. Column indices are 0-based
 (column j holds LETOR feature j + 1 of a one-based file).
+
+:func:`transformed` applies a fitted transform lazily instead: a :class:`TransformedDataset`
+whose ``features[rows]`` are the transformed rows, computed when a batch gathers them, so that
+training, ``predict`` and ``evaluate`` never hold a transformed copy of a split. ``Compose.fit``
+fits each step on such a view of the previous ones (one streaming pass per statistic).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from smoothrank.errors import SmoothrankError
 class Transform:
     """Base class: stateless transforms need no fit."""
 
-    def fit(self, dataset: Dataset) -> Transform:
+    def fit(self, dataset: Dataset | TransformedDataset) -> Transform:
         return self
 
     def transform(self, dataset: Dataset) -> Dataset:
@@ -88,8 +93,8 @@ class Standardize(Transform):
         self.mean: np.ndarray | None = None
         self.std: np.ndarray | None = None
 
-    def fit(self, dataset: Dataset) -> Standardize:
-        check_finite_features(dataset, "Standardize.fit")  # an inf makes the mean inf, every value NaN
+    def fit(self, dataset: Dataset | TransformedDataset) -> Standardize:
+        _check_finite_input(dataset, "Standardize.fit")  # an inf makes the mean inf, every value NaN
         x = dataset.features
         if x.shape[0] == 0:
             raise SmoothrankError(f"Standardize.fit: {dataset.source} has no documents")
@@ -108,17 +113,24 @@ class Standardize(Transform):
         x = dataset.features
         out = _output(x)
         for rows in _row_blocks(*x.shape):
-            z = (x[rows].astype(np.float64) - self.mean) / self.std
-            with np.errstate(over="ignore"):
-                out[rows] = z
-            if not np.isfinite(out[rows]).all():
-                row, col = (int(i) for i in np.argwhere(~np.isfinite(out[rows]))[0])
-                line, value = int(dataset.line_numbers[rows.start + row]), x[rows.start + row, col]
-                raise SmoothrankError(
-                    f"{dataset.source}:{line}: column {col} ({value:g}) standardises to {z[row, col]:.3g}, "
-                    f"beyond float32 (training mean {self.mean[col]:.3g}, std {self.std[col]:.3g}); a "
-                    "signed_log1p transform before standardize tames such values")
+            out[rows] = self.apply_rows(x[rows], dataset, np.arange(rows.start, rows.stop))
         return dataset.with_features(out)
+
+    def apply_rows(self, x: np.ndarray, dataset: Dataset, rows: np.ndarray) -> np.ndarray:
+        """The transform of ``x`` (float32 (n, F)), the features of ``dataset``'s rows ``rows``
+        (int64 (n,); they name the line of a value standardised beyond float32)."""
+        assert self.mean is not None and self.std is not None
+        z = (x.astype(np.float64) - self.mean) / self.std
+        with np.errstate(over="ignore"):
+            out = z.astype(np.float32)
+        if not np.isfinite(out).all():
+            row, col = (int(i) for i in np.argwhere(~np.isfinite(out))[0])
+            line, value = int(dataset.line_numbers[rows[row]]), x[row, col]
+            raise SmoothrankError(
+                f"{dataset.source}:{line}: column {col} ({value:g}) standardises to {z[row, col]:.3g}, "
+                f"beyond float32 (training mean {self.mean[col]:.3g}, std {self.std[col]:.3g}); a "
+                "signed_log1p transform before standardize tames such values")
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         if self.mean is None or self.std is None:
@@ -145,16 +157,20 @@ class SignedLog1p(Transform):
 
     def transform(self, dataset: Dataset) -> Dataset:
         check_finite_features(dataset, "SignedLog1p")
-        cols = slice(None) if self.features is None else self.features
         if self.features is not None and self.features and max(self.features) >= dataset.n_features:
             raise SmoothrankError(f"SignedLog1p: features: column {max(self.features)} is out of range for "
                                   f"{dataset.n_features} features")
         out = _output(dataset.features)
         for rows in _row_blocks(*dataset.features.shape):  # float32 arithmetic, as on the whole array
-            x = np.array(dataset.features[rows])
-            x[:, cols] = np.sign(x[:, cols]) * np.log1p(np.abs(x[:, cols]))
-            out[rows] = x
+            out[rows] = self.apply_rows(dataset.features[rows], dataset, np.arange(rows.start, rows.stop))
         return dataset.with_features(out)
+
+    def apply_rows(self, x: np.ndarray, dataset: Dataset, rows: np.ndarray) -> np.ndarray:
+        """The transform of ``x`` (float32 (n, F)), the features of ``dataset``'s rows ``rows``."""
+        cols = slice(None) if self.features is None else self.features
+        x = np.array(x, dtype=np.float32)
+        x[:, cols] = np.sign(x[:, cols]) * np.log1p(np.abs(x[:, cols]))
+        return x
 
     def state_dict(self) -> dict[str, Any]:
         return {"type": "SignedLog1p", "features": self.features}
@@ -183,6 +199,14 @@ class QueryMinMax(Transform):
             out[rows] = (x[rows].astype(np.float64) - lo[q[rows]]) / scale[q[rows]]
         return dataset.with_features(out)
 
+    @staticmethod
+    def scale_rows(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """``(x - lo) / (hi - lo)`` in float64 (a span of 0 taken as 1), as float32: ``x`` float32
+        (n, F), ``lo`` and ``hi`` the float32 extremes of each row's query (n, F)."""
+        lo64 = lo.astype(np.float64)
+        span = hi.astype(np.float64) - lo64
+        return ((x.astype(np.float64) - lo64) / np.where(span > 0, span, 1.0)).astype(np.float32)
+
     def state_dict(self) -> dict[str, Any]:
         return {"type": "QueryMinMax"}
 
@@ -193,9 +217,15 @@ class Compose(Transform):
     def __init__(self, transforms: Sequence[Transform]) -> None:
         self.transforms = list(transforms)
 
-    def fit(self, dataset: Dataset) -> Compose:
-        for t in self.transforms:
-            dataset = t.fit(dataset).transform(dataset)
+    def fit(self, dataset: Dataset | TransformedDataset) -> Compose:
+        """Fit each step on the output of the previous ones, read through a :class:`TransformedDataset`
+        (no transformed copy of ``dataset``)."""
+        if self.transforms:  # the views below read finite features only (each step checks its input)
+            first = self.transforms[0]
+            _check_finite_input(dataset, "Standardize.fit" if isinstance(first, Standardize)
+                                else type(first).__name__)
+        for i, t in enumerate(self.transforms):
+            t.fit(TransformedDataset(dataset, Compose(self.transforms[:i]), checked=True) if i else dataset)
         return self
 
     def transform(self, dataset: Dataset) -> Dataset:
@@ -249,3 +279,142 @@ def transform_from_state(state: dict[str, Any]) -> Transform:
                                   f"{type(parts).__name__}")
         return Compose([transform_from_state(s) for s in parts])
     raise SmoothrankError(f"transform_from_state: unknown transform state {state!r:.80}")
+
+
+# --- transforms applied per batch ----------------------------------------------------------------
+
+def _steps(transform: Transform | None) -> list[Transform]:
+    """The steps of ``transform`` in order (nested Compose flattened; None: none)."""
+    if transform is None:
+        return []
+    if isinstance(transform, Compose):
+        return [step for t in transform.transforms for step in _steps(t)]
+    if not isinstance(transform, Standardize | SignedLog1p | QueryMinMax):
+        raise SmoothrankError(f"transformed: {type(transform).__name__} cannot be applied a batch at a time "
+                              "(Standardize, SignedLog1p, QueryMinMax or a Compose of them)")
+    if isinstance(transform, Standardize) and (transform.mean is None or transform.std is None):
+        raise SmoothrankError("Standardize: call fit(train_dataset) before transform")
+    return [transform]
+
+
+def _apply_steps(steps: Sequence[Transform], dataset: Any, rows: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``steps`` applied to ``x`` (float32 (n, F)), the raw features of ``dataset``'s rows ``rows``."""
+    for i, step in enumerate(steps):
+        if isinstance(step, QueryMinMax):
+            lo, hi = _query_extremes(steps[:i], dataset, rows)
+            x = step.scale_rows(x, lo, hi)
+        else:
+            assert isinstance(step, Standardize | SignedLog1p)
+            x = step.apply_rows(x, dataset, rows)
+    return x
+
+
+def _query_extremes(steps: Sequence[Transform], dataset: Any, rows: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``rows``: the float32 minimum and maximum (n, F) over its whole query of the features
+    after ``steps``, computed from the query's rows (a training slate may hold only some of them)."""
+    if rows.shape[0] == 0:
+        empty = np.zeros((0, dataset.n_features), dtype=np.float32)
+        return empty, empty
+    offsets = dataset.offsets
+    query = np.searchsorted(offsets, rows, side="right") - 1
+    queries, where = np.unique(query, return_inverse=True)
+    starts, stops = offsets[queries], offsets[queries + 1]
+    full = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)])
+    x = _apply_steps(steps, dataset, full, np.asarray(dataset.features[full], dtype=np.float32))
+    local = np.r_[0, np.cumsum(stops - starts)[:-1]]
+    lo, hi = np.minimum.reduceat(x, local, axis=0), np.maximum.reduceat(x, local, axis=0)
+    return lo[where], hi[where]
+
+
+class TransformedFeatures:
+    """The features of a :class:`TransformedDataset`: ``features[rows]`` (a slice or 1-D integer
+    array of rows) gathers those rows of the source features and transforms them (float32 (n, F)).
+    Nothing is stored: every read computes its rows again."""
+
+    dtype = np.dtype(np.float32)
+    ndim = 2
+
+    def __init__(self, dataset: Dataset | TransformedDataset, steps: Sequence[Transform]) -> None:
+        self._dataset, self._steps = dataset, list(steps)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        rows, cols = self._dataset.features.shape
+        return rows, cols
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        n = self.shape[0]
+        if isinstance(index, slice):
+            rows = np.arange(*index.indices(n), dtype=np.int64)
+            raw = np.asarray(self._dataset.features[index], dtype=np.float32)
+        else:
+            rows = np.asarray(index)
+            if rows.ndim != 1 or rows.dtype.kind not in "iu":
+                raise SmoothrankError("TransformedFeatures: index with a slice or a 1-D array of row "
+                                      f"indices, got {index!r:.80}")
+            rows = np.where(rows < 0, rows + n, rows).astype(np.int64)
+            raw = np.asarray(self._dataset.features[rows], dtype=np.float32)
+        return _apply_steps(self._steps, self._dataset, rows, raw)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """Every row transformed (a copy of the split: for small data and inspection)."""
+        out = np.concatenate([self[rows] for rows in _row_blocks(*self.shape)] or
+                             [np.zeros((0, self.shape[1]), np.float32)])
+        return out if dtype is None else out.astype(dtype)
+
+
+class TransformedDataset:
+    """A dataset whose features are those of ``dataset`` under a fitted ``transform``, computed when
+    read (:class:`TransformedFeatures`): batches gather and transform only their rows.
+
+    Every other attribute (``labels``, ``qids``, ``offsets``, ``line_numbers``, ``n_docs``, ...) is
+    ``dataset``'s; :meth:`subset` keeps the transform. Made by :func:`transformed`.
+    """
+
+    def __init__(self, dataset: Dataset | TransformedDataset, transform: Transform | None, *,
+                 checked: bool = False) -> None:
+        if not checked:
+            _check_finite_input(dataset, "transformed")
+        self.dataset = dataset
+        self.transform = transform
+        self.features = TransformedFeatures(dataset, _steps(transform))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def subset(self, queries: Sequence[int] | np.ndarray) -> TransformedDataset:
+        """The queries ``queries`` (as :meth:`Dataset.subset`), transformed alike."""
+        return TransformedDataset(self.dataset.subset(queries), self.transform, checked=True)
+
+    def check(self) -> TransformedDataset:
+        """Transform every row once, a block at a time, keeping nothing: the errors a transform
+        raises (a value standardised beyond float32, naming its line) come here, in row order,
+        not from a batch later. Returns ``self``."""
+        for rows in _row_blocks(*self.features.shape):
+            self.features[rows]
+        return self
+
+    def __repr__(self) -> str:
+        return f"TransformedDataset({self.dataset!r})"
+
+
+def transformed(transform: Transform | None, dataset: Dataset, *, check: bool = True) -> TransformedDataset:
+    """``dataset`` under the fitted ``transform``, applied to the rows a batch reads
+    (:class:`TransformedDataset`; the same float32 values as ``transform.transform(dataset)``, with
+    no transformed copy of the features). With ``check``, every row is transformed once first
+    (:meth:`TransformedDataset.check`), so that a value the transform refuses is reported now."""
+    view = TransformedDataset(dataset, transform)
+    return view.check() if check else view
+
+
+def _check_finite_input(dataset: Dataset | TransformedDataset, what: str) -> None:
+    """A Dataset's features checked for NaN/inf; a view's source was checked when it was made, and
+    the transforms make no NaN/inf of finite values (a Standardize overflow is refused by name)."""
+    if not isinstance(dataset, TransformedDataset):
+        check_finite_features(dataset, what)

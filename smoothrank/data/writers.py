@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
+from typing import IO
 
 import numpy as np
 
+from smoothrank.data import store
 from smoothrank.data._io import atomic_writer
 from smoothrank.data.dataset import Dataset
 from smoothrank.errors import SmoothrankError
@@ -60,8 +63,7 @@ def write_predictions(path: str | os.PathLike[str], scores: object, *,
                                   "the row order")
         array = array[np.argsort(lines, kind="stable")]
     with atomic_writer(path) as handle:
-        for start in range(0, array.shape[0], _LINES_PER_WRITE):  # bounded memory for any size
-            handle.write("".join(s + "\n" for s in _format(array[start:start + _LINES_PER_WRITE])).encode())
+        _write_lines(handle, array)
 
 
 def check_trec_tag(tag: str, what: str = "tag") -> None:
@@ -123,18 +125,82 @@ def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: objec
     _check_token(tag, "tag")
     _check_unique_qids(dataset)
     check_unique_docs(dataset)
+    out = _trec_lines(dataset, array, 0, dataset.n_queries, tag)
+    with atomic_writer(path) as handle:
+        handle.write("".join(out).encode())
+
+
+def _trec_lines(dataset: Dataset, array: np.ndarray, first: int, stop: int, tag: str) -> list[str]:
+    """The run lines of queries ``first`` to ``stop`` (excluded); ``array`` holds their rows' scores."""
     out = []
-    for q in range(dataset.n_queries):
+    base = int(dataset.offsets[first])
+    for q in range(first, stop):
         qid = str(dataset.qids[q])
         _check_token(qid, "qid")
         lo, hi = int(dataset.offsets[q]), int(dataset.offsets[q + 1])
-        order = np.argsort(-array[lo:hi], kind="stable")
+        order = np.argsort(-array[lo - base:hi - base], kind="stable")
         for rank, j in enumerate(order.tolist(), 1):
             doc = str(dataset.doc_ids[lo + j])
             _check_token(doc, "docid")
-            out.append(f"{qid} Q0 {doc} {rank} {float(array[lo + j])!r} {tag}\n")
+            out.append(f"{qid} Q0 {doc} {rank} {float(array[lo - base + j])!r} {tag}\n")
+    return out
+
+
+def write_scores(path: str | os.PathLike[str], dataset: Dataset,
+                 chunks: Iterable[tuple[int, int, np.ndarray]], *, format: str = "letor",
+                 tag: str = "smoothrank") -> None:
+    """Write scores as they are computed: the file of :func:`write_predictions` (``format="letor"``,
+    lines in the source file's line order) or :func:`write_trec_run` (``"trec"``), byte for byte,
+    without holding every score.
+
+    Parameters
+    ----------
+    path : path
+        The output (temporary file, renamed into place once every chunk is written).
+    dataset : Dataset
+        The scored data (a :class:`~smoothrank.data.transforms.TransformedDataset` too).
+    chunks : iterable of (int, int, ndarray)
+        ``(first, stop, scores)``: consecutive query ranges ``first..stop-1`` covering every query
+        in order, and the float64 scores (n_rows,) of their rows. Each is written when it comes,
+        except for a dataset whose rows are not in line order (read with ``regroup=True``): its
+        scores are kept in a file-backed scratch array and written in line order at the end.
+    format : {"letor", "trec"}
+    tag : str
+        The run tag of a TREC run.
+    """
+    if format not in ("letor", "trec"):
+        raise SmoothrankError(f"format: expected 'letor' or 'trec', got {format!r}")
+    if format == "trec":
+        _check_token(tag, "tag")
+        _check_unique_qids(dataset)
+        check_unique_docs(dataset)
+    lines = np.asarray(dataset.line_numbers)
+    in_line_order = format == "trec" or bool(np.all(lines[1:] > lines[:-1]))
+    held = None if in_line_order else store.scratch_array((dataset.n_docs,), np.float64)
+    expected = 0
     with atomic_writer(path) as handle:
-        handle.write("".join(out).encode())
+        for first, stop, scores in chunks:
+            lo, hi = int(dataset.offsets[first]), int(dataset.offsets[stop])
+            if first != expected or stop < first:
+                raise SmoothrankError(f"chunks: expected the queries from {expected} on, got {first}..{stop}")
+            array = _scores_array(scores, hi - lo)
+            expected = stop
+            if held is not None:
+                held[lo:hi] = array
+            elif format == "trec":
+                handle.write("".join(_trec_lines(dataset, array, first, stop, tag)).encode())
+            else:
+                _write_lines(handle, array)
+        if expected != dataset.n_queries:
+            raise SmoothrankError(f"chunks: the scores of queries {expected}.. of {dataset.n_queries} are "
+                                  "missing")
+        if held is not None:
+            _write_lines(handle, held[np.argsort(lines, kind="stable")])
+
+
+def _write_lines(handle: IO[bytes], array: np.ndarray) -> None:
+    for start in range(0, array.shape[0], _LINES_PER_WRITE):  # bounded memory for any size
+        handle.write("".join(s + "\n" for s in _format(array[start:start + _LINES_PER_WRITE])).encode())
 
 
 def write_qrels(path: str | os.PathLike[str], dataset: Dataset) -> None:

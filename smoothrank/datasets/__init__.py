@@ -14,12 +14,13 @@ import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from smoothrank._checks import check_bool
 from smoothrank.data.bm25f import is_bm25f_folder, load_bm25f_splits
 from smoothrank.data.dataset import Dataset
 from smoothrank.data.letor import load_letor, load_stored_text
+from smoothrank.data.missing import WithMissing, apply_null_value, check_null_value
 from smoothrank.datasets.synthetic import SyntheticRanking, make_synthetic, write_synthetic_letor
 from smoothrank.errors import IndexBaseError, SmoothrankError
 
@@ -131,7 +132,16 @@ def data_section_problem(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[str, Dataset]:
+@overload
+def load_splits(data: Mapping[str, Any], *, missing_ok: Literal[False] = False) -> dict[str, Dataset]: ...
+
+
+@overload
+def load_splits(data: Mapping[str, Any], *, missing_ok: bool) -> dict[str, Dataset | WithMissing]: ...
+
+
+def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[str, Dataset] | dict[
+        str, Dataset | WithMissing]:
     """The ``train``/``valid``/``test`` datasets of a config's ``data`` section: the bundled MQ2008
     fold ``mq2008_fold``, or the LETOR files ``train`` (required), ``valid`` and ``test``, or BM25F
     statistics folders in their place (all of them; ``docs/bm25f.md``), packed alike.
@@ -147,8 +157,6 @@ def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[st
     (``missing_ok=True``: such a split is a :class:`smoothrank.data.missing.WithMissing`), and is
     refused for the others (:func:`smoothrank.data.missing.apply_null_value`).
     """
-    from smoothrank.data.missing import apply_null_value, check_null_value
-
     problem = data_section_problem(data)
     if problem is not None:
         raise SmoothrankError(problem)
@@ -163,7 +171,7 @@ def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[st
             raise SmoothrankError("data.n_features: BM25F statistics folders fix their own width; "
                                   "leave it out")
         return _bm25f_splits(named, folders)
-    splits: dict[str, Dataset] = {}
+    splits: dict[str, Dataset | WithMissing] = {}
     n_features = data.get("n_features")
     null_value = check_null_value(data.get("null_value"), "data.null_value")
     zero_based: bool | str = "auto"
@@ -177,8 +185,7 @@ def load_splits(data: Mapping[str, Any], *, missing_ok: bool = False) -> dict[st
                      zero_based: Any = zero_based) -> Dataset:
                 return load_letor(path, n_features=n_features, zero_based=zero_based, null_value=null_value)
 
-            splits[split] = apply_null_value(path, read, null_value, f"data.{split}",  # type: ignore[assignment]  # WithMissing: missing_ok
-                                             missing_ok=missing_ok)
+            splits[split] = apply_null_value(path, read, null_value, f"data.{split}", missing_ok=missing_ok)
         except IndexBaseError as err:
             # Only these are about zero_based, which the config did not set: a NaN or a bad label is not.
             if zero_based == "auto":

@@ -21,9 +21,11 @@ columns (PageRank, URL length, ...) feed a small net (the paper: 2 layers, 3 hid
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -156,13 +158,24 @@ def _per_field(value: float | Sequence[float] | Mapping[str, float], fields: Seq
         missing = [f for f in fields if f not in value]
         if missing:
             raise ConfigError(f"model.{name}: no value for field(s) {missing}")
-        return [float(value[f]) for f in fields]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return [float(value)] * len(fields)
-    values = list(value)  # type: ignore[arg-type]  # mypy keeps float: a bool passes the check above
-    if len(values) != len(fields):
-        raise ConfigError(f"model.{name}: {len(values)} values for {len(fields)} fields {list(fields)}")
+        values = [value[f] for f in fields]
+    elif _is_number(value):
+        values = [value] * len(fields)  # type: ignore[list-item]  # _is_number narrows at run time
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        values = list(value)
+        if len(values) != len(fields):
+            raise ConfigError(f"model.{name}: {len(values)} values for {len(fields)} fields {list(fields)}")
+    else:
+        raise ConfigError(f"model.{name}: expected a number, one number per field or a mapping field -> "
+                          f"number, got {value!r}")
+    if not all(_is_number(v) for v in values):
+        raise ConfigError(f"model.{name}: expected numbers, got {values!r}")
     return [float(v) for v in values]
+
+
+def _is_number(value: object) -> bool:
+    """A real number that is not a bool (YAML's ``true`` is not a weight)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 class _RawParameters(nn.Module):

@@ -63,9 +63,15 @@ class RankingModel:
                 f"{self.n_features}")
 
     def prepared(self, dataset: Any, *, source: str = "data") -> Any:
-        """``dataset`` as the network takes it: its feature count checked, the fitted transforms applied."""
+        """``dataset`` as the network takes it: its feature count checked, the fitted transforms applied
+        to the rows a batch reads (:func:`smoothrank.data.transforms.transformed`: no transformed copy;
+        every row is transformed once first, so that a value the transforms refuse is an error here)."""
         self.check_features(dataset, source=source)
-        return self.transform(dataset)
+        if self.transform_state is None:
+            return dataset
+        from smoothrank.data.transforms import transform_from_state, transformed
+
+        return transformed(transform_from_state(self.transform_state), dataset)
 
     def score(self, dataset: Any, *, batch_size: int = 256, source: str = "data") -> np.ndarray:
         """One float64 score per row of ``dataset`` (shape ``(n_docs,)``), after :meth:`prepared`

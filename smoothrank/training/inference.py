@@ -19,8 +19,8 @@ from torch import Tensor, nn
 
 from smoothrank.errors import TrainingError
 
-__all__ = ["NonFiniteScoreError", "Scorable", "evaluate_model", "per_query_metrics", "predict_scores",
-           "scored_batches"]
+__all__ = ["QUERIES_PER_CHUNK", "NonFiniteScoreError", "Scorable", "evaluate_model", "per_query_metrics",
+           "predict_scores", "scored_batches", "scored_chunks"]
 
 
 class NonFiniteScoreError(TrainingError):
@@ -110,6 +110,59 @@ def predict_scores(model: nn.Module | Scorable, dataset: Any, *, batch_size: int
     if np.isnan(scores).any():
         raise TrainingError("the model produced NaN scores (or evaluation_batches skipped rows)")
     return scores
+
+
+#: Queries whose scores :func:`scored_chunks` yields at a time (``smoothrank predict`` writes them).
+QUERIES_PER_CHUNK = 2048
+
+
+def scored_chunks(model: nn.Module | Scorable, dataset: Any, *, batch_size: int = 256, source: str = "data",
+                  queries_per_chunk: int | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+    """The scores of ``dataset``'s rows a range of queries at a time, for writing them as they come
+    (:func:`smoothrank.data.writers.write_scores`), without holding every score in memory.
+
+    The scores are those of :func:`predict_scores`, to the bit: computed in its batches (a model's
+    score of a document can differ in the last bit with the other lists of its batch, so the batches
+    are not formed per range), into a file-backed scratch array
+    (:func:`smoothrank.data.store.scratch_array`: pages of the page cache, not of the process's
+    memory), then read back a range at a time.
+
+    Parameters
+    ----------
+    model : nn.Module or RankingModel
+        As in :func:`predict_scores` (a loaded artifact's transforms are applied to each batch's rows,
+        every row checked once first: :meth:`RankingModel.prepared`).
+    dataset : Dataset
+    batch_size : int
+        Queries per forward pass.
+    source : str
+        Names the data in a feature-count error.
+    queries_per_chunk : int, optional
+        Queries a range (default :data:`QUERIES_PER_CHUNK`).
+
+    Yields
+    ------
+    (int, int, numpy.ndarray)
+        ``(first, stop, scores)``: queries ``first..stop-1``, in order, and the float64 scores of their
+        rows (n_rows,), in row order.
+    """
+    from smoothrank.data import store
+
+    if not isinstance(model, nn.Module):  # a loaded artifact
+        dataset, model = model.prepared(dataset, source=source), model.model
+    held = store.scratch_array((dataset.n_docs,), np.float64)
+    held[:] = np.nan
+    for batch, batch_scores in scored_batches(model, dataset, batch_size=batch_size):
+        rows = batch.rows.numpy()
+        real = rows >= 0
+        held[rows[real]] = batch_scores.double().numpy()[real]
+    step = QUERIES_PER_CHUNK if queries_per_chunk is None else queries_per_chunk
+    for first in range(0, dataset.n_queries, step):
+        stop = min(first + step, dataset.n_queries)
+        scores = np.array(held[int(dataset.offsets[first]):int(dataset.offsets[stop])])
+        if np.isnan(scores).any():
+            raise TrainingError("the model produced NaN scores (or evaluation_batches skipped rows)")
+        yield first, stop, scores
 
 
 def evaluate_model(model: nn.Module | Scorable, dataset: Any, *, metrics: str | Iterable[str],

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from smoothrank._atomic import blocking_file, folder_lock, strict_json
+from smoothrank.data.transforms import transformed
 from smoothrank.errors import ConfigError, ShortEpochWarning, SmoothrankError, TrainingError, TrainingWarning
 from smoothrank.models import build_model, reinitialize, score_in_length_groups
 from smoothrank.training._io import atomic_write_text
@@ -198,8 +199,10 @@ def _prepare(config: Config, held: contextlib.ExitStack, *, run_dir: str | Path 
     n_features, index_base = checked["train"].n_features, checked["train"].index_base
     transform = build_transform(config)
     if transform is not None:
+        # Fitted in streaming passes, applied to each batch's rows (no transformed copy of a split);
+        # every split is transformed once here, so that a value it refuses is an error before the run.
         transform.fit(checked["train"])
-        checked = {name: transform.transform(dataset) for name, dataset in checked.items()}
+        checked = {name: transformed(transform, dataset) for name, dataset in checked.items()}
     # A custom loss_fn is named as itself, not as the config's (unused) loss.name.
     loss_name = config.loss.name if loss_fn is None else getattr(loss_fn, "__name__", "loss_fn")
     return _Run(config=config, run_path=run_path, loss=loss, loss_name=loss_name, device=device,
