@@ -201,12 +201,12 @@ def _lane_backward(pi, idx, m, docs, w, n_ranks, disc, dens_scale, jac, st, base
 
 
 @nb.njit(cache=True, nogil=True)
-def _lane_block(pi, idx, m, docs, w, n_ranks, disc, half_inv_sigma, jac, ed, want, one,
+def _lane_block(pi, idx, m, docs, w, n_ranks, disc, half_inv_sigma, jac, ed, want, st, one,
                 tiny):  # pragma: no cover - compiled
     """``ed[j] = E_j`` and, with ``want``, ``jac[j] = dE_j / ds`` for the documents ``docs[:w]`` of a
-    query (``pi``, ``jac`` from :func:`_contests`); working buffers allocated here."""
+    query (``pi``, ``jac`` from :func:`_contests`); ``st``: the states' buffer, at least
+    ``(m + 1) R LANES`` values (a thread's, reused: fresh pages cost a fault each)."""
     steps = m + 1
-    st = np.empty(steps * n_ranks * LANES, dtype=pi.dtype)
     base = np.empty(steps, dtype=np.uint64)
     org = np.empty(steps, dtype=np.int64)
     ext = np.empty(steps, dtype=np.int64)
@@ -252,15 +252,19 @@ def _batch_contests(scores, mask, half_inv_sigma, pi, jac, idx, counts, order): 
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _batch_lanes(pi, idx, counts, order, tasks, disc, half_inv_sigma, jac, ed, want, one,
+def _batch_lanes(pi, idx, counts, order, tasks, disc, half_inv_sigma, jac, ed, want, n_chunks, one,
                  tiny):  # pragma: no cover - compiled
     n_ranks = disc.shape[1]
-    for k in nb.prange(tasks.shape[0]):
-        b, start = tasks[k, 0], tasks[k, 1]
-        m = counts[b]
-        w = min(LANES, m - start)
-        _lane_block(pi[b], idx[b], m, order[b, start:start + w], w, n_ranks, disc[b], half_inv_sigma, jac[b],
-                    ed[b], want, one, tiny)
+    n_tasks = tasks.shape[0]
+    per = (n_tasks + n_chunks - 1) // n_chunks
+    for c in nb.prange(n_chunks):  # a chunk of tasks a thread, its states' buffer allocated once
+        st = np.empty((pi.shape[1] + 1) * n_ranks * LANES, dtype=pi.dtype)
+        for k in range(c * per, min(n_tasks, (c + 1) * per)):
+            b, start = tasks[k, 0], tasks[k, 1]
+            m = counts[b]
+            w = min(LANES, m - start)
+            _lane_block(pi[b], idx[b], m, order[b, start:start + w], w, n_ranks, disc[b], half_inv_sigma,
+                        jac[b], ed[b], want, st, one, tiny)
 
 
 def expected_discounts(scores: np.ndarray, mask: np.ndarray, disc: np.ndarray, sigma: float,
@@ -294,7 +298,7 @@ def expected_discounts(scores: np.ndarray, mask: np.ndarray, disc: np.ndarray, s
                      dtype=np.int64).reshape(-1, 2)
     one, tiny = _one_tiny(dtype)
     _batch_lanes(pi, idx, counts, order, tasks, np.ascontiguousarray(disc, dtype=dtype), 0.5 / sigma, jac, ed,
-                 want_jacobian, one, tiny)
+                 want_jacobian, max(1, min(len(tasks), nb.get_num_threads())), one, tiny)
     return ed, (jac if want_jacobian else None)
 
 
@@ -320,38 +324,51 @@ def jacobian_transpose_product(jac: np.ndarray, weight: np.ndarray) -> np.ndarra
 
 # ----------------------------------------------------------------------------- the booster: flat arrays
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _flat_kernel(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, values, grad, one,
+def _flat_kernel(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, values, grad, n_chunks, one,
                  tiny):  # pragma: no cover - compiled
     n_queries = offsets.shape[0] - 1
-    for q in nb.prange(n_queries):
-        lo, hi = offsets[q], offsets[q + 1]
-        m = hi - lo
-        n_ranks = min(n_ranks_cap, m)
-        sq = s[lo:hi]
-        idx = np.arange(m)
-        pi = np.empty((m, m))
-        jq = np.empty((m, m))
-        e = np.empty(m)
-        _contests(sq, idx, m, half_inv_sigma, pi, jq)
-        want = False
+    longest = 0
+    for q in range(n_queries):
+        longest = max(longest, offsets[q + 1] - offsets[q])
+    per = (n_queries + n_chunks - 1) // n_chunks
+    for c in nb.prange(n_chunks):  # a chunk of queries a thread, its states' buffer allocated once
+        st = np.empty((longest + 1) * min(n_ranks_cap, longest) * LANES)
+        for q in range(c * per, min(n_queries, (c + 1) * per)):
+            _flat_query(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, values, grad, q, st, one, tiny)
+
+
+@nb.njit(cache=True, nogil=True)
+def _flat_query(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, values, grad, q, st, one,
+            tiny):  # pragma: no cover - compiled
+    """Query ``q`` of :func:`_flat_kernel`: its value and its documents' gradient."""
+    lo, hi = offsets[q], offsets[q + 1]
+    m = hi - lo
+    n_ranks = min(n_ranks_cap, m)
+    sq = s[lo:hi]
+    idx = np.arange(m)
+    pi = np.empty((m, m))
+    jq = np.empty((m, m))
+    e = np.empty(m)
+    _contests(sq, idx, m, half_inv_sigma, pi, jq)
+    want = False
+    for a in range(m):
+        want |= coef[lo + a] != 0
+    order = np.argsort(-sq, kind="mergesort")
+    for start in range(0, m, LANES):
+        w = min(LANES, m - start)
+        _lane_block(pi, idx, m, order[start:start + w], w, n_ranks, disc[lo:lo + n_ranks], half_inv_sigma,
+                    jq, e, want, st, one, tiny)
+    total = 0.0
+    for a in range(m):
+        total += coef[lo + a] * e[a]
+        grad[lo + a] = 0.0
+    values[q] = total
+    if want:
         for a in range(m):
-            want |= coef[lo + a] != 0
-        order = np.argsort(-sq, kind="mergesort")
-        for start in range(0, m, LANES):
-            w = min(LANES, m - start)
-            _lane_block(pi, idx, m, order[start:start + w], w, n_ranks, disc[lo:lo + n_ranks], half_inv_sigma,
-                        jq, e, want, one, tiny)
-        total = 0.0
-        for a in range(m):
-            total += coef[lo + a] * e[a]
-            grad[lo + a] = 0.0
-        values[q] = total
-        if want:
-            for a in range(m):
-                c = coef[lo + a]
-                if c != 0:
-                    for i in range(m):
-                        grad[lo + i] += c * jq[a, i]
+            c = coef[lo + a]
+            if c != 0:
+                for i in range(m):
+                    grad[lo + i] += c * jq[a, i]
 
 
 def flat_soft_dcg_gradient(scores: np.ndarray, offsets: np.ndarray, disc: np.ndarray, coef: np.ndarray,
@@ -373,6 +390,7 @@ def flat_soft_dcg_gradient(scores: np.ndarray, offsets: np.ndarray, disc: np.nda
     """
     values = np.zeros(offsets.shape[0] - 1)
     grad = np.zeros_like(scores)
-    _flat_kernel(scores, offsets, disc, coef, 0.5 / sigma, int(n_ranks), values, grad,
+    n_chunks = max(1, min(offsets.shape[0] - 1, nb.get_num_threads()))
+    _flat_kernel(scores, offsets, disc, coef, 0.5 / sigma, int(n_ranks), values, grad, n_chunks,
                  *_one_tiny(np.dtype(np.float64)))
     return values, grad
