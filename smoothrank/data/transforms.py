@@ -224,6 +224,10 @@ class Compose(Transform):
             first = self.transforms[0]
             _check_finite_input(dataset, "Standardize.fit" if isinstance(first, Standardize)
                                 else type(first).__name__)
+        if not _batchable(self):  # a transform of one's own: fitted on the output of transform()
+            for t in self.transforms:
+                dataset = t.fit(dataset).transform(dataset)  # type: ignore[arg-type]
+            return self
         for i, t in enumerate(self.transforms):
             t.fit(TransformedDataset(dataset, Compose(self.transforms[:i]), checked=True) if i else dataset)
         return self
@@ -237,7 +241,7 @@ class Compose(Transform):
         return {"type": "Compose", "transforms": [t.state_dict() for t in self.transforms]}
 
 
-def _check_width(dataset: Dataset, width: int, name: str) -> None:
+def _check_width(dataset: Dataset | TransformedDataset, width: int, name: str) -> None:
     if dataset.n_features != width:
         raise SmoothrankError(f"{name}: fitted on {width} features, the dataset has {dataset.n_features}")
 
@@ -282,6 +286,13 @@ def transform_from_state(state: dict[str, Any]) -> Transform:
 
 
 # --- transforms applied per batch ----------------------------------------------------------------
+
+def _batchable(transform: Transform) -> bool:
+    """Whether ``transform`` is made of the built-in transforms, which :func:`transformed` applies."""
+    if isinstance(transform, Compose):
+        return all(_batchable(t) for t in transform.transforms)
+    return isinstance(transform, Standardize | SignedLog1p | QueryMinMax)
+
 
 def _steps(transform: Transform | None) -> list[Transform]:
     """The steps of ``transform`` in order (nested Compose flattened; None: none)."""
@@ -385,9 +396,17 @@ class TransformedDataset:
                  checked: bool = False) -> None:
         if not checked:
             _check_finite_input(dataset, "transformed")
+        steps = _steps(transform)
+        for step in steps:  # else an IndexError or a broadcast error at the first batch
+            if isinstance(step, Standardize):
+                assert step.mean is not None
+                _check_width(dataset, step.mean.shape[0], "Standardize")
+            elif isinstance(step, SignedLog1p) and step.features and max(step.features) >= dataset.n_features:
+                raise SmoothrankError(f"SignedLog1p: features: column {max(step.features)} is out of range "
+                                      f"for {dataset.n_features} features")
         self.dataset = dataset
         self.transform = transform
-        self.features = TransformedFeatures(dataset, _steps(transform))
+        self.features = TransformedFeatures(dataset, steps)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "dataset":
