@@ -57,7 +57,8 @@ CASES = {  # label -> (loss or None for LightGBM's lambdarank, hessian, options)
 }
 # the losses' PyTorch path, where the compiled kernels cover them
 CASES.update({f"{label}-torch": CASES[label] for label in ("lambda_rank", "list_net", "neural_ndcg",
-                                                            "neural_ndcg_transposed")})
+                                                            "neural_ndcg_transposed", "soft_ndcg",
+                                                            "soft_ndcg@10", "soft_ndcg-curv")})
 CASES["lambda_rank-diag-torch"] = ("lambda_rank", "diagonal", {})
 _TWICE_DIFFERENTIABLE = {"lambda_rank": {}, "list_net": {}, "list_mle": {}, "approx_ndcg": {}, "rank_net": {},
                          "rmse": {"n_levels": 3}}

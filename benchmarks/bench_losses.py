@@ -93,7 +93,8 @@ def _loss_callable(impl: str, name: str):
     if impl == "ours":
         from smoothrank import losses
 
-        return losses.get(name)
+        base, _, cutoff = name.partition("@")  # "soft_ndcg@10": the loss with k=10
+        return losses.get(base, k=int(cutoff)) if cutoff else losses.get(name)
     if impl == "naive":
         sys.path.insert(0, str(REPO / "tests"))
         from reference_neuralndcg import naive_neural_ndcg
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peer", action="store_true", help="skip allRank")
     parser.add_argument("--peer-large", action="store_true",
                         help="also run allRank and the naive reference at 16 x 1000 (~7 GiB, ~40 s each)")
-    parser.add_argument("--losses", default=",".join(OURS), help="comma-separated smoothrank losses")
+    parser.add_argument("--losses", default=",".join(OURS),
+                        help="comma-separated smoothrank losses; NAME@K for the loss with k=K (soft_ndcg@10)")
     parser.add_argument("--sizes", type=sizes_arg, default=",".join(f"{b}x{n}" for b, n in SIZES),
                         help="comma-separated batch x list sizes, e.g. 64x240,16x1000")
     args = parser.parse_args(argv)

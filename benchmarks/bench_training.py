@@ -13,7 +13,9 @@ row), labels 0..4. The figure is the median over rounds of ``batch / step time``
 Models and losses alternate inside each round so that a load spike hits them alike; the load
 average (``uptime``) is printed with the table. A loss named with ``-torch`` (``neural_ndcg-torch``)
 runs NeuralNDCG's PyTorch path (``smoothrank.neural_kernels.USE_KERNELS = False``) where the plain
-name runs its compiled CPU kernel, in the same run.
+name runs its compiled CPU kernel, in the same run; ``soft_ndcg-blocked`` runs exact SoftNDCG on the
+blocked kernels of its distributions (``rank_binomial.JACOBIAN_ENTRIES = 0``) where ``soft_ndcg``
+runs its per-query kernel with the Jacobian.
 
 A second table trains the paper's Context-Aware Ranker for whole epochs on the real MQ2008 Fold1
 training split (471 queries, median list 8 documents, longest 121) with the paper's 64 x 240
@@ -37,6 +39,7 @@ from smoothrank import losses, neural_kernels
 from smoothrank.data import training_batches
 from smoothrank.datasets import load_mq2008
 from smoothrank.models import build_model, score_in_length_groups
+from smoothrank.softrank import rank_binomial
 
 MODELS = {
     "context_aware (paper)": {"kind": "context_aware", "input_dim": 96, "n_blocks": 2, "n_heads": 1,
@@ -54,7 +57,10 @@ def make_batch(batch: int, list_size: int, n_features: int, device: str, seed: i
 
 
 def loss_function(name: str):
-    """The loss ``name``; ``<name>-torch``: the loss on NeuralNDCG's PyTorch path (no compiled kernel)."""
+    """The loss ``name``; ``<name>-torch``: the loss on NeuralNDCG's PyTorch path (no compiled kernel);
+    ``soft_ndcg-blocked``: SoftNDCG on the blocked distribution kernels."""
+    if name.endswith("-blocked"):
+        return _blocked_soft_ndcg(losses.get(name.removesuffix("-blocked")))
     if not name.endswith("-torch"):
         return losses.get(name)
     fn = losses.get(name.removesuffix("-torch"))
@@ -67,6 +73,17 @@ def loss_function(name: str):
             neural_kernels.USE_KERNELS = True
 
     return pytorch_path
+
+
+def _blocked_soft_ndcg(fn):
+    def blocked(scores, labels, *, mask=None):
+        saved, rank_binomial.JACOBIAN_ENTRIES = rank_binomial.JACOBIAN_ENTRIES, 0
+        try:
+            return fn(scores, labels, mask=mask)
+        finally:
+            rank_binomial.JACOBIAN_ENTRIES = saved
+
+    return blocked
 
 
 def step_seconds(model, loss_fn, optimizer, features, labels, mask, reps: int) -> float:

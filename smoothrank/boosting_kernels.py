@@ -26,6 +26,7 @@ import torch
 
 from smoothrank import gains as _gains
 from smoothrank._neural_numba import ideal_dcg, neural_dcg
+from smoothrank._softrank_numba import flat_soft_dcg_gradient
 
 __all__ = ["KERNEL_LOSSES", "flat_gradients", "loss_options"]
 
@@ -34,8 +35,10 @@ __all__ = ["KERNEL_LOSSES", "flat_gradients", "loss_options"]
 KERNEL_LOSSES = {"lambda_rank": ("constant", "diagonal", "curvature"),
                  "list_net": ("constant", "diagonal", "curvature"),
                  "neural_ndcg": ("constant", "curvature"),
-                 "neural_ndcg_transposed": ("constant", "curvature")}
+                 "neural_ndcg_transposed": ("constant", "curvature"),
+                 "soft_ndcg": ("constant", "curvature")}
 _MAX_QUERY = 4096  # longer queries go to PyTorch's path: an m x m float64 matrix per thread
+_SOFT_MAX_STATES = 1 << 17  # SoftNDCG: documents x ranks of a query, kept for 32 lanes (32 MiB a thread)
 _FASTMATH = {"reassoc", "contract", "nsz"}  # vectorised sums; no assumption about inf or NaN
 _CURVATURE_STEP = 1e-2  # as smoothrank.boosting's
 
@@ -114,15 +117,16 @@ def _gradient_function(name: str, opts: dict[str, Any], labels: np.ndarray, size
     if name == "lambda_rank":
         sigma, k = float(opts["sigma"]), 0 if opts["k"] is None else int(opts["k"])
         return lambda s, diag: _lambda_rank(s, labels, gains, disc, offsets, sigma, k, diag)
-    tau = float(opts["temperature"])
-    tau = max(tau, float(np.finfo(np.float64).tiny))  # as within_dtype(divides=True) holds it
-    iters = int(opts["max_iter"]) if opts["sinkhorn"] else 0
-    transposed = name == "neural_ndcg_transposed"
-
     ideal = np.zeros(sizes.shape[0])
     _ideals(gains, disc, offsets, ideal)
     valid = (np.maximum.reduceat(gains, offsets[:-1]) > 0) & (ideal > 0)
     scale = np.where(valid, -1.0 / np.where(valid, ideal, 1.0), 0.0)  # d(-DCG / IDCG) / d DCG
+    if name == "soft_ndcg":
+        return _soft_ndcg(opts, gains, disc, sizes, offsets, scale)
+    tau = float(opts["temperature"])
+    tau = max(tau, float(np.finfo(np.float64).tiny))  # as within_dtype(divides=True) holds it
+    iters = int(opts["max_iter"]) if opts["sinkhorn"] else 0
+    transposed = name == "neural_ndcg_transposed"
 
     def neural(s: np.ndarray, diag: bool) -> tuple[np.ndarray, None]:
         if not _safe_for_logits(s, sizes):
@@ -133,6 +137,27 @@ def _gradient_function(name: str, opts: dict[str, Any], labels: np.ndarray, size
         return grad, None
 
     return neural
+
+
+def _soft_ndcg(opts: dict[str, Any], gains: np.ndarray, disc: np.ndarray, sizes: np.ndarray,
+               offsets: np.ndarray, scale: np.ndarray
+               ) -> Callable[[np.ndarray, bool], tuple[np.ndarray, Any]] | None:
+    """SoftNDCG (``losses.soft_ndcg``, exact Rank-Binomial distributions, no Sinkhorn): the gradient of
+    ``-sum_j g_j E[D(r_j)] / IDCG`` per query (:mod:`smoothrank._softrank_numba`), or None for the
+    other methods and backends."""
+    if opts["method"] != "exact" or opts["sinkhorn"] or opts["backend"] not in ("auto", "numba"):
+        return None
+    longest = int(sizes.max())
+    n_ranks = longest if opts["k"] is None else min(int(opts["k"]), longest)
+    if longest * n_ranks > _SOFT_MAX_STATES:
+        return None
+    sigma = float(opts["sigma"])
+    coef = gains * np.repeat(scale, sizes)
+
+    def soft(s: np.ndarray, diag: bool) -> tuple[np.ndarray, None]:
+        return flat_soft_dcg_gradient(s, offsets, disc, coef, sigma, n_ranks)[1], None
+
+    return soft
 
 
 class _NotCovered(Exception):

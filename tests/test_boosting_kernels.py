@@ -67,6 +67,10 @@ CASES = [
     ("neural_ndcg", "curvature", {}),
     ("neural_ndcg_transposed", "constant", {}),
     ("neural_ndcg_transposed", "constant", {"k": 4, "temperature": 0.1}),
+    ("soft_ndcg", "constant", {}),
+    ("soft_ndcg", "constant", {"k": 10, "sigma": 0.3}),
+    ("soft_ndcg", "constant", {"k": 3, "gain": "linear", "discount": "letor"}),
+    ("soft_ndcg", "curvature", {}),
 ]
 
 
@@ -82,7 +86,7 @@ def test_kernels_equal_the_pytorch_path(loss: str, hessian: str, options: dict) 
     _assert_close(fast, slow, 1e-10 if hessian == "curvature" else 1e-12)
 
 
-@pytest.mark.parametrize("loss", ["lambda_rank", "neural_ndcg", "list_net"])
+@pytest.mark.parametrize("loss", ["lambda_rank", "neural_ndcg", "list_net", "soft_ndcg"])
 @pytest.mark.parametrize("scale", [0.0, 1e-3, 30.0])
 def test_tied_tiny_and_wide_scores(loss: str, scale: float) -> None:
     # All scores tied (a booster's first round), nearly tied, and spread far apart (NeuralSort's
@@ -110,9 +114,12 @@ def test_uncovered_cases_take_the_pytorch_path() -> None:
     assert boosting_kernels.flat_gradients(f, scores, labels, SIZES, hessian="constant", dtype=torch.float64,
                                            device=None) is None
     for loss, kw in (("lambda_rank", {"dtype": torch.float32}), ("approx_ndcg", {}),
-                     ("neural_ndcg", {"hessian": "diagonal"})):
+                     ("neural_ndcg", {"hessian": "diagonal"}), ("soft_ndcg", {"hessian": "diagonal"})):
         opts = {"hessian": "constant", "dtype": torch.float64, "device": None, **kw}
         assert boosting_kernels.flat_gradients(losses.get(loss), scores, labels, SIZES, **opts) is None
+    for options in ({"method": "normal"}, {"method": "hybrid"}, {"sinkhorn": True}, {"backend": "torch"}):
+        assert boosting_kernels.flat_gradients(losses.get("soft_ndcg", **options), scores, labels, SIZES,
+                                               hessian="constant", dtype=torch.float64, device=None) is None
     # A gain that is negative for a label: the PyTorch path's error names it.
     with pytest.raises(SmoothrankError, match="negative gain"):
         boosting_gradients("lambda_rank", scores, labels - 1.0, SIZES)

@@ -685,3 +685,71 @@ def test_the_flush_to_zero_keeps_negative_states_of_contests_just_past_0_or_1(ke
     np.testing.assert_allclose(p, exact, rtol=0, atol=1e-12)
     assert torch.autograd.gradcheck(lambda x: rank_distributions(x, backend="numba"),
                                     ((s[:, None] > s[None, :]).double()[None].requires_grad_(),))
+
+
+def _blocked_expected_discounts(scores: torch.Tensor, mask: torch.Tensor, disc: torch.Tensor, sigma: float,
+                                weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """E[D(r_j)] and the gradient of ``sum(weights * E)`` through the blocked kernels' distributions."""
+    from smoothrank.softrank.rank_binomial import score_rank_distributions
+
+    x = scores.clone().requires_grad_()
+    p = score_rank_distributions(x, sigma=sigma, mask=mask, max_rank=disc.shape[-1])
+    ed = (p * disc[:, None, :]).sum(-1)
+    (grad,) = torch.autograd.grad((ed * weights).sum(), x)
+    return ed.detach(), grad
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("n", "max_rank"), [(1, 1), (2, 2), (7, 3), (45, 45), (70, 10), (70, 70)])
+def test_jacobian_kernel_equals_the_blocked_distributions(n: int, max_rank: int, dtype: torch.dtype) -> None:
+    """The per-query kernel (expected discounts and their Jacobian in one pass, more than one lane
+    block at n = 45 and 70) against the blocked kernels' distributions: padding anywhere, tied
+    scores, a fully padded query, a query of one document, well separated scores (contests of 0
+    and 1, states flushed to zero at both ends)."""
+    from smoothrank.softrank.rank_binomial import score_exact_expected_discounts
+
+    g = torch.Generator().manual_seed(n * 100 + max_rank)
+    scores = torch.randn(5, n, generator=g, dtype=torch.float64)
+    scores[1, : n // 2] = 0.25  # ties
+    scores[3] = torch.arange(n, dtype=torch.float64) * 9.0  # well separated
+    mask = torch.rand(5, n, generator=g) > 0.2
+    mask[0] = True
+    mask[2] = False
+    mask[4] = False
+    mask[4, n - 1] = True
+    scores = scores.to(dtype)
+    disc = (1.0 / torch.log2(torch.arange(max_rank, dtype=torch.float64) + 2.0)).expand(5, max_rank).to(dtype)
+    weights = torch.randn(5, n, generator=g, dtype=dtype)
+    ref_ed, ref_grad = _blocked_expected_discounts(scores, mask, disc, 0.7, weights)
+    x = scores.clone().requires_grad_()
+    ed = score_exact_expected_discounts(x, disc, sigma=0.7, mask=mask)
+    (grad,) = torch.autograd.grad((ed * weights).sum(), x)
+    tol = 2e-6 if dtype == torch.float32 else 1e-13
+    torch.testing.assert_close(ed.detach(), ref_ed, rtol=tol, atol=tol)
+    torch.testing.assert_close(grad, ref_grad, rtol=tol, atol=tol * float(ref_grad.abs().max()))
+    assert not bool(ed[~mask].any()) and not bool(grad[~mask].any())
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+def test_jacobian_kernel_gives_the_same_bits_on_any_number_of_threads() -> None:
+    import numba
+
+    from smoothrank.softrank.rank_binomial import score_exact_expected_discounts
+
+    g = torch.Generator().manual_seed(5)
+    scores = torch.randn(3, 80, generator=g)
+    mask = torch.rand(scores.shape, generator=g) > 0.1
+    disc = (1.0 / torch.log2(torch.arange(80) + 2.0)).expand(3, 80)
+    weights = torch.randn(3, 80, generator=g)
+    threads, results = numba.get_num_threads(), []
+    try:
+        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(count)
+            x = scores.clone().requires_grad_()
+            ed = score_exact_expected_discounts(x, disc, sigma=1.0, mask=mask)
+            (grad,) = torch.autograd.grad((ed * weights).sum(), x)
+            results.append((ed.detach(), grad))
+    finally:
+        numba.set_num_threads(threads)
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])

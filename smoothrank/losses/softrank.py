@@ -11,7 +11,12 @@ from smoothrank.losses import _common as C
 from smoothrank.softrank.api import check_method, check_n_exact, soft_rank
 from smoothrank.softrank.normal import score_hybrid_expected_discounts, score_normal_expected_discounts
 from smoothrank.softrank.pairwise import check_sigma
-from smoothrank.softrank.rank_binomial import can_fuse, check_backend
+from smoothrank.softrank.rank_binomial import (
+    can_fuse,
+    can_use_jacobian,
+    check_backend,
+    score_exact_expected_discounts,
+)
 
 
 def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, reduction: str = "mean",
@@ -90,6 +95,10 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
             expected_discount = score_hybrid_expected_discounts(
                 scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask,
                 n_exact=n_exact)
+        elif method == "exact" and not sinkhorn and can_use_jacobian(scores, n_ranks, backend):
+            # Exact distributions, their expected discounts and the Jacobian in one pass a query.
+            expected_discount = score_exact_expected_discounts(
+                scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask)
         else:
             p = soft_rank(scores, sigma=sigma, mask=mask, max_rank=n_ranks, method=method, n_exact=n_exact,
                           sinkhorn=bool(sinkhorn), max_iter=max_iter, tol=tol, backend=backend)

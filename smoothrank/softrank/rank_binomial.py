@@ -507,3 +507,82 @@ def score_selected_rank_distributions(scores: Tensor, *, sigma: float, mask: Ten
     mask = mask.to(torch.bool).contiguous()
     n_ranks = min(int(max_rank), max(scores.shape[-1], 1))
     return FusedRankBinomial.apply(scores, mask, _selected_rows(select, mask), float(sigma), n_ranks)
+
+
+# Contest pairs (batch n^2) up to which exact SoftNDCG takes the per-query kernel with its Jacobian
+# (two (batch, n, n) arrays in the scores' dtype: 64 MiB in float32 at the bound); longer lists keep
+# the blocked path, whose memory does not grow with n^2.
+JACOBIAN_ENTRIES = 1 << 23
+
+
+_JACOBIAN_KERNELS = ("expected_discounts", "jacobian_transpose_product")
+_jacobian_loaded: list[SimpleNamespace] = []  # [plain] and, once Dynamo is loaded, [plain, excluded]
+
+
+def _jacobian_kernels() -> SimpleNamespace:
+    """The kernels of :mod:`smoothrank._softrank_numba`, imported on first use and excluded from
+    ``torch.compile`` once Dynamo is loaded (as :func:`_kernels` does it)."""
+    if not _jacobian_loaded:
+        from smoothrank import _softrank_numba
+
+        _jacobian_loaded.append(SimpleNamespace(**{name: getattr(_softrank_numba, name)
+                                                   for name in _JACOBIAN_KERNELS}))
+    if "torch._dynamo" not in sys.modules:
+        return _jacobian_loaded[0]
+    if len(_jacobian_loaded) == 1:
+        plain = _jacobian_loaded[0]
+        _jacobian_loaded.append(SimpleNamespace(**{name: torch.compiler.disable(getattr(plain, name))
+                                                   for name in _JACOBIAN_KERNELS}))
+    return _jacobian_loaded[1]
+
+
+class ExactExpectedDiscount(torch.autograd.Function):
+    """``scores (batch, n) -> E[D(r_j)] (batch, n)`` under the exact Rank-Binomial distributions, in
+    one compiled pass a query (:mod:`smoothrank._softrank_numba`): the forward computes each
+    document's distribution, its expectation of the discount and, when the scores need a gradient,
+    the row ``dE_j / ds`` of the Jacobian (the adjoint of the recursion, while its states are still
+    in memory); the backward is the product ``J^T grad``."""
+
+    @staticmethod
+    def forward(ctx: Any, scores: Tensor, mask: Tensor, discounts: Tensor, sigma: float) -> Tensor:
+        kernels = _jacobian_kernels()
+        want = bool(ctx.needs_input_grad[0])
+        ed, jac = kernels.expected_discounts(scores.detach().contiguous().numpy(), mask.numpy(),
+                                             discounts.detach().contiguous().numpy(), sigma, want)
+        # Saved as tensors (the scores too): the refusal of second derivatives hangs on them.
+        ctx.save_for_backward(scores, torch.from_numpy(jac) if jac is not None else scores.new_empty(0))
+        return torch.from_numpy(ed)
+
+    @staticmethod
+    @first_derivative_only("SoftNDCG (its rank distributions)")
+    def backward(ctx: Any, grad_ed: Tensor) -> tuple[Tensor | None, None, None, None]:
+        _, jac = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        weight = grad_ed.detach().contiguous().numpy()
+        grad = _jacobian_kernels().jacobian_transpose_product(jac.numpy(), weight)
+        return torch.from_numpy(grad).to(grad_ed.dtype), None, None, None
+
+
+# Ranks times documents of one query up to which its states are all kept (LANES of them per thread:
+# 32 MiB in float32 at the bound).
+JACOBIAN_STATES = 1 << 18
+
+
+def can_use_jacobian(scores: Tensor, n_ranks: int, backend: str) -> bool:
+    """Whether :func:`score_exact_expected_discounts` applies: the CPU kernels (:func:`can_fuse`), at
+    most :data:`JACOBIAN_ENTRIES` contest pairs and :data:`JACOBIAN_STATES` states a query."""
+    batch, n = scores.shape
+    return batch * n * n <= JACOBIAN_ENTRIES and n * n_ranks <= JACOBIAN_STATES and can_fuse(scores, backend)
+
+
+def score_exact_expected_discounts(scores: Tensor, discounts: Tensor, *, sigma: float,
+                                   mask: Tensor) -> Tensor:
+    """``E[D(r_j)] = sum_r D(r + 1) p_j(r)`` (batch, n) under the exact distributions of ranks
+    ``r < R`` (``discounts``: (batch, R), the discounts of ranks ``1..R``; zero rows for padding),
+    differentiable with respect to ``scores``, on the per-query kernel (:class:`ExactExpectedDiscount`).
+    The distributions are the same bits as :func:`score_rank_distributions`' up to the contests'
+    rounding (formed in float64 here)."""
+    mask = mask.to(torch.bool).contiguous()
+    disc = discounts.detach().to(scores.dtype).contiguous()
+    return ExactExpectedDiscount.apply(scores, mask, disc, float(sigma))
