@@ -72,6 +72,7 @@ CASES = [
     # two files: one call for both, then one call each (three fresh interpreters in all)
     pytest.param("bench_evaluate_many.py", ["--files", "2"], ["round 1: 2 files,", "one call each"],
                  marks=pytest.mark.slow),
+    ("memory_probe.py", ["losses"], ["exit status 0; peak RssAnon"]),
     # one process and two (torchrun): two training commands of one epoch each
     pytest.param("bench_distributed.py", ["--parts", "parity", "--parity-epochs", "1"],
                  ["| 1 process(es) | 1 |", "| 2 process(es) | 1 |", "same epoch: True"],
