@@ -54,6 +54,9 @@ def _before(model: Path, data: Path, out: Path, *, trec: bool, regroup: bool) ->
 
 @pytest.mark.parametrize("kind", ["mlp", "context_aware"])
 def test_streamed_predictions_are_the_bytes_of_scoring_everything_first(trained, tmp_path, monkeypatch, kind):
+    from smoothrank.data import writers
+
+    monkeypatch.setattr(writers, "_LINES_PER_WRITE", 50)  # lines written in blocks (of 65,536 otherwise)
     cases = [("test", False, ".txt", []), ("test", True, ".txt", ["--format", "trec"]),
              ("test", False, ".txt.gz", []), ("mixed", False, ".txt", ["--regroup"])]
     for data, trec, suffix, extra in cases:
