@@ -15,7 +15,8 @@ memory (``RssAnon`` of ``/proc/PID/status``) of the whole process tree every 10 
   interleaved, ``--rounds`` each (the compiled kernel loaded before the clocks start): wall and CPU
   time (``time.process_time``, all threads of the process) of the call;
 - train: one epoch of ``smoothrank train`` (MLP, ListNet, signed_log1p + standardize, the 50k-document
-  validation file), the store filled.
+  validation file), the store filled;
+- predict: ``smoothrank predict`` of the training file with the model just trained (the store filled).
 
 Targets (issue 36, at 1M documents): first read <= 400 MiB, re-open <= 1 s and <= 250 MiB, one
 training epoch <= 900 MiB, parse not more than 20% slower than before. A bare interpreter with the
@@ -164,6 +165,12 @@ def main() -> None:
         shutil.rmtree(args.work / "run", ignore_errors=True)
         peak, wall, _ = measured(cmd, {**env, "PYTHONPATH": str(REPO)})
         rows.append(("train 1 epoch", peak, wall))
+        model, out = args.work / "run" / "model.pt", args.work / "train.pred"
+        if model.exists():  # the trained model scores the training file (through the store)
+            cmd = [sys.executable, "-m", "smoothrank", "predict", str(model), str(train), "--out", str(out)]
+            peak, wall, _ = measured(cmd, {**env, "PYTHONPATH": str(REPO)})
+            rows.append(("predict", peak, wall))
+            out.unlink()
     print(f"\n{args.docs} documents x 136 features ({train.stat().st_size / 1e9:.2f} GB of text); "
           f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print("| step | peak RssAnon MiB | target MiB | seconds |\n|---|---|---|---|")

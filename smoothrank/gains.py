@@ -130,22 +130,32 @@ def _float32_rounding(x: float) -> float:
     return float(torch.tensor(x, dtype=torch.float64).to(torch.float32))
 
 
+#: Labels checked at a time by :func:`first_infinite_gain` (its memory is a block's, not the labels').
+_GAIN_BLOCK = 1 << 20
+
+
 def first_infinite_gain(labels: Any, spec: GainLike = "exp2", *,
                         dtype: torch.dtype = torch.float32) -> int | None:
     """Index of the first of the flat ``labels`` (array or tensor) whose gain under ``spec`` is not
-    finite in ``dtype``, or None. Labels a mapping does not cover are left to :func:`gain` to report."""
-    if getattr(getattr(labels, "flags", None), "writeable", True) is False:  # a memory-mapped dataset's
-        labels = labels.copy()  # torch warns of read-only arrays
-    values = torch.as_tensor(labels).reshape(-1).to(dtype)
-    distinct, position = torch.unique(values, return_inverse=True)
-    try:
-        finite = torch.isfinite(torch.as_tensor(gain(distinct, spec), dtype=dtype))
-    except SmoothrankError:
-        return None
-    if finite.shape != distinct.shape:  # not elementwise: gain()'s callers report it
-        return None
-    bad = ~finite[position]
-    return int(bad.nonzero()[0, 0]) if bool(bad.any()) else None
+    finite in ``dtype``, or None. Labels a mapping does not cover are left to :func:`gain` to report.
+    Read a block of 2^20 labels at a time (a memory-mapped dataset's are not copied whole)."""
+    flat: Any = labels.reshape(-1) if hasattr(labels, "reshape") else torch.as_tensor(labels).reshape(-1)
+    for start in range(0, max(int(flat.shape[0]), 1), _GAIN_BLOCK):
+        block = flat[start:start + _GAIN_BLOCK]
+        if getattr(getattr(block, "flags", None), "writeable", True) is False:  # a memory-mapped dataset's
+            block = block.copy()  # torch warns of read-only arrays
+        values = torch.as_tensor(block).reshape(-1).to(dtype)
+        distinct, position = torch.unique(values, return_inverse=True)
+        try:
+            finite = torch.isfinite(torch.as_tensor(gain(distinct, spec), dtype=dtype))
+        except SmoothrankError:
+            return None
+        if finite.shape != distinct.shape:  # not elementwise: gain()'s callers report it
+            return None
+        bad = ~finite[position]
+        if bool(bad.any()):
+            return start + int(bad.nonzero()[0, 0])
+    return None
 
 
 def discount(ranks: Tensor, spec: DiscountLike = "log2", *, list_size: Tensor | int | None = None

@@ -19,7 +19,15 @@ from smoothrank.data import (
     write_trec_run,
 )
 from smoothrank.data.batching import softrank_sample
-from smoothrank.data.transforms import Compose, QueryMinMax, SignedLog1p, Standardize, transform_from_state
+from smoothrank.data.transforms import (
+    Compose,
+    QueryMinMax,
+    SignedLog1p,
+    Standardize,
+    Transform,
+    transform_from_state,
+    transformed,
+)
 from smoothrank.errors import DataFormatError, SmoothrankError
 
 
@@ -273,7 +281,7 @@ def test_transforms_applied_to_a_batch_give_the_rows_of_the_whole_transform(monk
     # transformed(): the rows a batch reads, transformed when read, are those of transform() on the
     # whole split, to the bit; QueryMinMax takes its extremes over the whole query, not the slate.
     from smoothrank.data import store
-    from smoothrank.data.transforms import TransformedDataset, transformed
+    from smoothrank.data.transforms import TransformedDataset
 
     monkeypatch.setattr(store, "scratch_array", None)  # no file-backed copy either
     train, test = _toy(sizes=(30, 1, 70, 20, 45), n_features=4, seed=1), _toy(sizes=(9, 40, 3), n_features=4)
@@ -302,6 +310,22 @@ def test_transforms_applied_to_a_batch_give_the_rows_of_the_whole_transform(monk
         transformed(fitted, wide)
     with pytest.raises(SmoothrankError, match="fit"):
         transformed(Standardize(), wide)
+    with pytest.raises(SmoothrankError, match="Standardize: fitted on 4 features, the dataset has 1"):
+        transformed(Standardize().fit(train), wide)
+    with pytest.raises(SmoothrankError, match="SignedLog1p: features: column 3 is out of range for 1"):
+        transformed(SignedLog1p([3]), wide)
+
+
+def test_compose_fits_a_transform_of_ones_own_on_the_previous_outputs():
+    class Double(Transform):  # not a built-in step: Compose.fit falls back to transform()
+        def transform(self, dataset):
+            return dataset.with_features(dataset.features * 2)
+
+    train = _toy(seed=4)
+    fitted = Compose([Double(), Standardize()]).fit(train)
+    np.testing.assert_allclose(fitted.transforms[1].mean, train.features.astype(np.float64).mean(0) * 2)
+    with pytest.raises(SmoothrankError, match="Double cannot be applied a batch at a time"):
+        transformed(fitted, train)
 
 
 # ----------------------------------------------------------------------------- writers

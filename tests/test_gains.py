@@ -62,3 +62,17 @@ def test_first_infinite_gain_finds_the_first_label_beyond_the_dtype():
     assert first_infinite_gain(labels, {0: 0}) is None
     assert first_infinite_gain(labels, lambda y: y.sum()) is None
     assert first_infinite_gain([], "exp2") is None
+
+
+def test_first_infinite_gain_reads_a_block_at_a_time(monkeypatch):
+    import numpy as np
+
+    from smoothrank import gains
+
+    monkeypatch.setattr(gains, "_GAIN_BLOCK", 4)  # labels of a memory-mapped dataset: read-only
+    labels = np.zeros(11, dtype=np.float32)
+    labels[9] = 200.0
+    labels.flags.writeable = False
+    assert first_infinite_gain(labels, "exp2") == 9  # in the third block
+    assert first_infinite_gain(labels[:8], "exp2") is None
+    assert first_infinite_gain(labels.reshape(1, 11), "exp2", dtype=torch.float64) is None

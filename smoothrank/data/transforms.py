@@ -224,6 +224,10 @@ class Compose(Transform):
             first = self.transforms[0]
             _check_finite_input(dataset, "Standardize.fit" if isinstance(first, Standardize)
                                 else type(first).__name__)
+        if not _batchable(self):  # a transform of one's own: fitted on the output of transform()
+            for t in self.transforms:
+                dataset = t.fit(dataset).transform(dataset)  # type: ignore[arg-type]
+            return self
         for i, t in enumerate(self.transforms):
             t.fit(TransformedDataset(dataset, Compose(self.transforms[:i]), checked=True) if i else dataset)
         return self
@@ -237,7 +241,7 @@ class Compose(Transform):
         return {"type": "Compose", "transforms": [t.state_dict() for t in self.transforms]}
 
 
-def _check_width(dataset: Dataset, width: int, name: str) -> None:
+def _check_width(dataset: Dataset | TransformedDataset, width: int, name: str) -> None:
     if dataset.n_features != width:
         raise SmoothrankError(f"{name}: fitted on {width} features, the dataset has {dataset.n_features}")
 
@@ -282,6 +286,13 @@ def transform_from_state(state: dict[str, Any]) -> Transform:
 
 
 # --- transforms applied per batch ----------------------------------------------------------------
+
+def _batchable(transform: Transform) -> bool:
+    """Whether ``transform`` is made of the built-in transforms, which :func:`transformed` applies."""
+    if isinstance(transform, Compose):
+        return all(_batchable(t) for t in transform.transforms)
+    return isinstance(transform, Standardize | SignedLog1p | QueryMinMax)
+
 
 def _steps(transform: Transform | None) -> list[Transform]:
     """The steps of ``transform`` in order (nested Compose flattened; None: none)."""
@@ -347,18 +358,24 @@ class TransformedFeatures:
         return self.shape[0]
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        n = self.shape[0]
+        n, width = self.shape
         if isinstance(index, slice):
             rows = np.arange(*index.indices(n), dtype=np.int64)
-            raw = np.asarray(self._dataset.features[index], dtype=np.float32)
         else:
             rows = np.asarray(index)
             if rows.ndim != 1 or rows.dtype.kind not in "iu":
                 raise SmoothrankError("TransformedFeatures: index with a slice or a 1-D array of row "
                                       f"indices, got {index!r:.80}")
             rows = np.where(rows < 0, rows + n, rows).astype(np.int64)
-            raw = np.asarray(self._dataset.features[rows], dtype=np.float32)
-        return _apply_steps(self._steps, self._dataset, rows, raw)
+        out = np.empty((rows.shape[0], width), dtype=np.float32)
+        source = self._dataset.features
+        contiguous = isinstance(index, slice) and index.indices(n)[2] == 1
+        # A block of rows at a time: the float64 arithmetic's temporaries are a block's, not the batch's.
+        for block in _row_blocks(rows.shape[0], width):
+            part = rows[block]
+            raw = source[int(part[0]):int(part[-1]) + 1] if contiguous else source[part]
+            out[block] = _apply_steps(self._steps, self._dataset, part, np.asarray(raw, dtype=np.float32))
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         """Every row transformed (a copy of the split: for small data and inspection)."""
@@ -379,9 +396,17 @@ class TransformedDataset:
                  checked: bool = False) -> None:
         if not checked:
             _check_finite_input(dataset, "transformed")
+        steps = _steps(transform)
+        for step in steps:  # else an IndexError or a broadcast error at the first batch
+            if isinstance(step, Standardize):
+                assert step.mean is not None
+                _check_width(dataset, step.mean.shape[0], "Standardize")
+            elif isinstance(step, SignedLog1p) and step.features and max(step.features) >= dataset.n_features:
+                raise SmoothrankError(f"SignedLog1p: features: column {max(step.features)} is out of range "
+                                      f"for {dataset.n_features} features")
         self.dataset = dataset
         self.transform = transform
-        self.features = TransformedFeatures(dataset, _steps(transform))
+        self.features = TransformedFeatures(dataset, steps)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "dataset":
