@@ -45,6 +45,11 @@ LANES = 32  # documents whose recursions run side by side (the vectorised inner 
 ULANES = np.uint64(LANES)
 
 
+def _chunks(tasks: int) -> int:
+    """Chunks of ``tasks`` handed to the threads one at a time: a few per thread."""
+    return max(1, min(tasks, 8 * nb.get_num_threads()))
+
+
 def _one_tiny(dtype: np.dtype) -> tuple[np.floating, np.floating]:
     """1 and the flush threshold in ``dtype`` (its smallest normal number over its epsilon)."""
     info = np.finfo(dtype)
@@ -293,12 +298,14 @@ def expected_discounts(scores: np.ndarray, mask: np.ndarray, disc: np.ndarray, s
     idx = np.empty((batch, n), dtype=np.int64)
     order = np.empty((batch, n), dtype=np.int64)
     counts = np.empty(batch, dtype=np.int64)
-    _batch_contests(scores, mask, 0.5 / sigma, pi, jac, idx, counts, order)
+    with nb.parallel_chunksize(1):  # dynamic: a thread held up by another process holds up no other
+        _batch_contests(scores, mask, 0.5 / sigma, pi, jac, idx, counts, order)
     tasks = np.array([(b, start) for b in range(batch) for start in range(0, int(counts[b]), LANES)],
                      dtype=np.int64).reshape(-1, 2)
     one, tiny = _one_tiny(dtype)
-    _batch_lanes(pi, idx, counts, order, tasks, np.ascontiguousarray(disc, dtype=dtype), 0.5 / sigma, jac, ed,
-                 want_jacobian, max(1, min(len(tasks), nb.get_num_threads())), one, tiny)
+    with nb.parallel_chunksize(1):
+        _batch_lanes(pi, idx, counts, order, tasks, np.ascontiguousarray(disc, dtype=dtype), 0.5 / sigma, jac,
+                     ed, want_jacobian, _chunks(len(tasks)), one, tiny)
     return ed, (jac if want_jacobian else None)
 
 
@@ -390,7 +397,8 @@ def flat_soft_dcg_gradient(scores: np.ndarray, offsets: np.ndarray, disc: np.nda
     """
     values = np.zeros(offsets.shape[0] - 1)
     grad = np.zeros_like(scores)
-    n_chunks = max(1, min(offsets.shape[0] - 1, nb.get_num_threads()))
-    _flat_kernel(scores, offsets, disc, coef, 0.5 / sigma, int(n_ranks), values, grad, n_chunks,
-                 *_one_tiny(np.dtype(np.float64)))
+    n_chunks = _chunks(offsets.shape[0] - 1)
+    with nb.parallel_chunksize(1):
+        _flat_kernel(scores, offsets, disc, coef, 0.5 / sigma, int(n_ranks), values, grad, n_chunks,
+                     *_one_tiny(np.dtype(np.float64)))
     return values, grad
