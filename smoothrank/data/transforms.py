@@ -6,8 +6,9 @@ Each transform has ``fit(dataset) -> self``, ``transform(dataset) -> Dataset`` a
 
 :func:`transformed` applies a fitted transform lazily instead: a :class:`TransformedDataset`
 whose ``features[rows]`` are the transformed rows, computed when a batch gathers them, so that
-training, ``predict`` and ``evaluate`` never hold a transformed copy of a split. ``Compose.fit``
-fits each step on such a view of the previous ones (one streaming pass per statistic).
+training and scoring with a saved model (``smoothrank predict``) never hold a transformed copy of
+a split. ``Compose.fit`` fits each step on such a view of the previous ones (one streaming pass per
+statistic).
 """
 
 from __future__ import annotations
@@ -430,10 +431,25 @@ class TransformedDataset:
 
 
 def transformed(transform: Transform | None, dataset: Dataset, *, check: bool = True) -> TransformedDataset:
-    """``dataset`` under the fitted ``transform``, applied to the rows a batch reads
-    (:class:`TransformedDataset`; the same float32 values as ``transform.transform(dataset)``, with
-    no transformed copy of the features). With ``check``, every row is transformed once first
-    (:meth:`TransformedDataset.check`), so that a value the transform refuses is reported now."""
+    """``dataset`` under the fitted ``transform``, applied to the rows a batch reads.
+
+    Parameters
+    ----------
+    transform : Transform or None
+        A fitted :class:`Standardize`, :class:`SignedLog1p`, :class:`QueryMinMax` or a
+        :class:`Compose` of them (None: the features as they are).
+    dataset : Dataset
+        Features (n_docs, n_features), in memory or memory-mapped.
+    check : bool
+        Transform every row once first, a block at a time, keeping nothing
+        (:meth:`TransformedDataset.check`), so that a value the transform refuses is reported now.
+
+    Returns
+    -------
+    TransformedDataset
+        ``features[rows]`` is float32 (len(rows), n_features): the values of
+        ``transform.transform(dataset).features[rows]``, bit for bit, with no transformed copy made.
+    """
     view = TransformedDataset(dataset, transform)
     return view.check() if check else view
 
