@@ -14,7 +14,7 @@ from smoothrank.errors import ConfigError, SmoothrankError
 from smoothrank.losses import get as get_loss
 from smoothrank.metrics import evaluate
 from smoothrank.models import BM25F, build_model, reinitialize
-from smoothrank.models.bm25f import bm25f_scores, pack_bm25f, unpack_bm25f
+from smoothrank.models.bm25f import K1_MIN, bm25f_scores, pack_bm25f, unpack_bm25f
 from smoothrank.models.bm25f_export import combined_fields_snippet, most_fields_snippet
 from smoothrank.training.config import config_from_dict
 
@@ -318,3 +318,18 @@ def test_bm25f_takes_numpy_numbers_per_field():
                   b=np.float64(0.5))
     weights = torch.nn.functional.softplus(model.raw.weights.detach())
     assert torch.allclose(weights, torch.tensor([2.0, 1.0]), atol=1e-5)
+
+
+def test_k1_stays_positive_where_softplus_underflows():
+    model = BM25F(packed_width(2, 2), fields=["title", "body"])
+    with torch.no_grad():
+        model.raw.k1.fill_(-200.0)  # softplus(-200) is 0 in float32
+    assert model.k1.item() == pytest.approx(K1_MIN)
+    tf = torch.zeros(1, 3, 2, 2)  # no term in any field: each score is 0, not 0 / 0
+    tf[0, 0, 0, 0] = 1.0
+    lengths = torch.full((1, 3, 2), 5.0)
+    scores = bm25f_scores(tf, lengths, torch.tensor([5.0, 5.0]), torch.ones(1, 2), weights=model.weights,
+                          b=model.b, k1=model.k1)
+    scores.sum().backward()
+    assert torch.isfinite(scores).all() and scores[0, 1:].eq(0).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

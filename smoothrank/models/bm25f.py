@@ -7,7 +7,8 @@ For a query with terms ``t`` and a document with fields ``f``::
 
 The field weights are applied to the term frequencies *before* the saturation (BM25F), not to
 per-field BM25 scores. Every parameter is learned through a constrained parameterisation:
-``w_f = softplus(.) >= 0``, ``b_f = sigmoid(.) in [0, 1]``, ``k1 = softplus(.) > 0``. Scaling every
+``w_f = softplus(.) >= 0``, ``b_f = sigmoid(.) in [0, 1]``, ``k1 = max(softplus(.), K1_MIN) > 0`` (the
+floor keeps ``k1`` positive where softplus underflows, so a term of tf 0 scores 0, not 0/0). Scaling every
 ``w_f`` and ``k1`` by one factor leaves the score unchanged, so only ``w_f / k1`` and ``b_f`` are
 identifiable (the SoftRank paper's "6 parameters on three fields").
 
@@ -32,7 +33,10 @@ from torch import Tensor, nn
 from smoothrank.data.bm25f import HEADER, packed_width
 from smoothrank.errors import ConfigError, SmoothrankError
 
-__all__ = ["BM25F", "HEADER", "bm25f_scores", "pack_bm25f", "packed_width", "unpack_bm25f"]
+__all__ = ["BM25F", "HEADER", "K1_MIN", "bm25f_scores", "pack_bm25f", "packed_width", "unpack_bm25f"]
+
+#: The smallest ``k1`` of :class:`BM25F` (a floor under its softplus, which reaches 0 in float32).
+K1_MIN = 1e-6
 
 def pack_bm25f(tf: Tensor, lengths: Tensor, avg_lengths: Tensor, idf: Tensor, term_mask: Tensor | None = None,
                query_independent: Tensor | None = None) -> Tensor:
@@ -294,8 +298,8 @@ class BM25F(nn.Module):
 
     @property
     def k1(self) -> Tensor:
-        """``k1``, a scalar."""
-        return nn.functional.softplus(self.raw.k1)
+        """``k1``, a scalar, at least :data:`K1_MIN`."""
+        return nn.functional.softplus(self.raw.k1).clamp_min(K1_MIN)
 
     def parameters_dict(self) -> dict[str, Any]:
         """The BM25F parameters as numbers: ``{"k1": .., "fields": {name: {"weight": .., "b": ..}}}``."""
