@@ -102,3 +102,16 @@ def test_write_scores_refuses_ranges_out_of_order_and_writes_nothing(tmp_path):
     with pytest.raises(SmoothrankError, match=r"scores: expected 3 scores"):
         write_scores(out, ds, [(0, 2, np.ones(2))])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_scores_refuses_rows_of_several_files(tmp_path):
+    # concat_datasets keeps each part's line numbers: ordering by them would interleave the files.
+    from smoothrank.data import Dataset, concat_datasets
+    from smoothrank.data.writers import write_scores
+    from smoothrank.errors import SmoothrankError
+
+    a = Dataset.from_arrays(np.zeros((2, 1)), np.array([0, 1.0]), ["a", "a"])
+    b = Dataset.from_arrays(np.zeros((2, 1)), np.array([0, 1.0]), ["b", "b"])
+    with pytest.raises(SmoothrankError, match=r"^dataset: .* repeats line numbers \(rows of several files\)"):
+        write_scores(tmp_path / "p.txt", concat_datasets([a, b]), [(0, 2, np.arange(4.0))])
+    assert list(tmp_path.iterdir()) == []

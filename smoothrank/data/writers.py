@@ -54,16 +54,25 @@ def write_predictions(path: str | os.PathLike[str], scores: object, *,
     only for a dataset read with ``regroup=True``; this is the order the LETOR scripts expect.
     """
     array = _scores_array(scores, dataset.n_docs if dataset is not None else None)
-    if dataset is not None:
-        lines = np.asarray(dataset.line_numbers)
-        if np.unique(lines).shape[0] != lines.shape[0]:
-            # concat_datasets keeps each part's own line numbers: no single file's order exists.
-            raise SmoothrankError(f"dataset: {dataset.source} repeats line numbers (rows of several files): "
-                                  "write each file's scores with its own dataset, or pass dataset=None for "
-                                  "the row order")
-        array = array[np.argsort(lines, kind="stable")]
+    order = None if dataset is None else _line_order(dataset)
+    if order is not None:
+        array = array[order]
     with atomic_writer(path) as handle:
         _write_lines(handle, array)
+
+
+def _line_order(dataset: Dataset) -> np.ndarray | None:
+    """The rows in the source file's line order, or None where the row order is it already; refuses
+    a dataset whose line numbers repeat (``concat_datasets`` keeps each part's own: no single file's
+    order exists)."""
+    lines = np.asarray(dataset.line_numbers)
+    if bool(np.all(lines[1:] > lines[:-1])):
+        return None
+    if np.unique(lines).shape[0] != lines.shape[0]:
+        raise SmoothrankError(f"dataset: {dataset.source} repeats line numbers (rows of several files): "
+                              "write each file's scores with its own dataset, or pass dataset=None for "
+                              "the row order")
+    return np.argsort(lines, kind="stable")
 
 
 def check_trec_tag(tag: str, what: str = "tag") -> None:
@@ -122,12 +131,7 @@ def write_trec_run(path: str | os.PathLike[str], dataset: Dataset, scores: objec
     differently there.
     """
     array = _scores_array(scores, dataset.n_docs)
-    _check_token(tag, "tag")
-    _check_unique_qids(dataset)
-    check_unique_docs(dataset)
-    out = _trec_lines(dataset, array, 0, dataset.n_queries, tag)
-    with atomic_writer(path) as handle:
-        handle.write("".join(out).encode())
+    write_scores(path, dataset, [(0, dataset.n_queries, array)], format="trec", tag=tag)
 
 
 def _trec_lines(dataset: Dataset, array: np.ndarray, first: int, stop: int, tag: str) -> list[str]:
@@ -174,9 +178,8 @@ def write_scores(path: str | os.PathLike[str], dataset: Dataset,
         _check_token(tag, "tag")
         _check_unique_qids(dataset)
         check_unique_docs(dataset)
-    lines = np.asarray(dataset.line_numbers)
-    in_line_order = format == "trec" or bool(np.all(lines[1:] > lines[:-1]))
-    held = None if in_line_order else store.scratch_array((dataset.n_docs,), np.float64)
+    order = None if format == "trec" else _line_order(dataset)
+    held = None if order is None else store.scratch_array((dataset.n_docs,), np.float64)
     expected = 0
     with atomic_writer(path) as handle:
         for first, stop, scores in chunks:
@@ -194,8 +197,7 @@ def write_scores(path: str | os.PathLike[str], dataset: Dataset,
         if expected != dataset.n_queries:
             raise SmoothrankError(f"chunks: the scores of queries {expected}.. of {dataset.n_queries} are "
                                   "missing")
-        if held is not None:  # in line order, a block of lines at a time (the order: 8 bytes a row)
-            order = np.argsort(lines, kind="stable")
+        if held is not None and order is not None:  # in line order, a block at a time (order: 8 B a row)
             for start in range(0, order.shape[0], _LINES_PER_WRITE):
                 _write_lines(handle, held[order[start:start + _LINES_PER_WRITE]])
 

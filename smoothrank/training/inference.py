@@ -102,14 +102,25 @@ def predict_scores(model: nn.Module | Scorable, dataset: Any, *, batch_size: int
     numpy.ndarray
         Shape ``(dataset.n_docs,)``, in the row order of ``dataset``.
     """
-    scores = np.full(dataset.n_docs, np.nan, dtype=np.float64)
+    scores = np.empty(dataset.n_docs, dtype=np.float64)
+    _fill_scores(model, dataset, scores, batch_size)
+    _check_filled(scores)
+    return scores
+
+
+def _fill_scores(model: nn.Module | Scorable, dataset: Any, out: np.ndarray, batch_size: int) -> None:
+    """``out[row]`` = the score of each dataset row, in :func:`scored_batches`' batches; NaN first, so
+    that a row no batch scored shows (:func:`_check_filled`)."""
+    out[:] = np.nan
     for batch, batch_scores in scored_batches(model, dataset, batch_size=batch_size):
         rows = batch.rows.numpy()
         real = rows >= 0
-        scores[rows[real]] = batch_scores.double().numpy()[real]
+        out[rows[real]] = batch_scores.double().numpy()[real]
+
+
+def _check_filled(scores: np.ndarray) -> None:
     if np.isnan(scores).any():
         raise TrainingError("the model produced NaN scores (or evaluation_batches skipped rows)")
-    return scores
 
 
 #: Queries whose scores :func:`scored_chunks` yields at a time (``smoothrank predict`` writes them).
@@ -151,17 +162,12 @@ def scored_chunks(model: nn.Module | Scorable, dataset: Any, *, batch_size: int 
     if not isinstance(model, nn.Module):  # a loaded artifact
         dataset, model = model.prepared(dataset, source=source), model.model
     held = store.scratch_array((dataset.n_docs,), np.float64)
-    held[:] = np.nan
-    for batch, batch_scores in scored_batches(model, dataset, batch_size=batch_size):
-        rows = batch.rows.numpy()
-        real = rows >= 0
-        held[rows[real]] = batch_scores.double().numpy()[real]
+    _fill_scores(model, dataset, held, batch_size)
     step = QUERIES_PER_CHUNK if queries_per_chunk is None else queries_per_chunk
     for first in range(0, dataset.n_queries, step):
         stop = min(first + step, dataset.n_queries)
         scores = np.array(held[int(dataset.offsets[first]):int(dataset.offsets[stop])])
-        if np.isnan(scores).any():
-            raise TrainingError("the model produced NaN scores (or evaluation_batches skipped rows)")
+        _check_filled(scores)
         yield first, stop, scores
 
 
