@@ -190,14 +190,12 @@ class QueryMinMax(Transform):
             return dataset.with_features(x.copy())
         starts = dataset.offsets[:-1]
         # Extremes are exact in float32; the span of two float32 values can overflow it, so the
-        # arithmetic is float64, a block of rows at a time (no float64 copy of the split).
-        lo = np.minimum.reduceat(x, starts, axis=0).astype(np.float64)
-        span = np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo
-        scale = np.where(span > 0, span, 1.0)
+        # arithmetic is float64 (scale_rows), a block of rows at a time (no float64 copy of the split).
+        lo, hi = np.minimum.reduceat(x, starts, axis=0), np.maximum.reduceat(x, starts, axis=0)
         q = dataset.query_of_row()
         out = _output(x)
         for rows in _row_blocks(*x.shape):
-            out[rows] = (x[rows].astype(np.float64) - lo[q[rows]]) / scale[q[rows]]
+            out[rows] = self.scale_rows(x[rows], lo[q[rows]], hi[q[rows]])
         return dataset.with_features(out)
 
     @staticmethod
