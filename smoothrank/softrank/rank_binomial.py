@@ -78,12 +78,14 @@ BACKENDS = ("auto", "numba", "torch", "fft")
 
 
 _KERNELS = ("forward", "backward", "fused_forward", "fused_backward", "blocked_forward", "blocked_backward")
+_JACOBIAN_KERNELS = ("expected_discounts", "jacobian_transpose_product")  # of smoothrank._softrank_numba
 _loaded: list[SimpleNamespace | None] = []  # once loaded (a plain global: Dynamo warns of lru_cache)
 _excluded: list[SimpleNamespace] = []  # the same kernels excluded from torch.compile, once Dynamo is loaded
 
 
 def _kernels() -> SimpleNamespace | None:
-    """The compiled kernels of :mod:`smoothrank.softrank._numba`, imported on first use (Numba brings
+    """The compiled kernels of :mod:`smoothrank.softrank._numba` and the per-query exact kernels of
+    :mod:`smoothrank._softrank_numba`, imported on first use (Numba brings
     llvmlite and takes a second or two to import), or None where Numba cannot be imported: it is a
     declared dependency, but the pure-PyTorch path stays usable without it.
 
@@ -93,17 +95,20 @@ def _kernels() -> SimpleNamespace | None:
     to wrap them cost 70 MiB and 2 s on a first eager call."""
     if not _loaded:
         try:
+            from smoothrank import _softrank_numba
             from smoothrank.softrank import _numba
         except ImportError:  # pragma: no cover - depends on the environment
             _loaded.append(None)
         else:
-            _loaded.append(SimpleNamespace(**{name: getattr(_numba, name) for name in _KERNELS}))
+            found = {name: getattr(_numba, name) for name in _KERNELS}
+            found.update({name: getattr(_softrank_numba, name) for name in _JACOBIAN_KERNELS})
+            _loaded.append(SimpleNamespace(**found))
     kernels = _loaded[0]
     if kernels is None or "torch._dynamo" not in sys.modules:
         return kernels
     if not _excluded:
-        _excluded.append(SimpleNamespace(**{name: torch.compiler.disable(getattr(kernels, name))
-                                            for name in _KERNELS}))
+        excluded = {name: torch.compiler.disable(fn) for name, fn in vars(kernels).items()}
+        _excluded.append(SimpleNamespace(**excluded))
     return _excluded[0]
 
 
@@ -515,27 +520,6 @@ def score_selected_rank_distributions(scores: Tensor, *, sigma: float, mask: Ten
 JACOBIAN_ENTRIES = 1 << 23
 
 
-_JACOBIAN_KERNELS = ("expected_discounts", "jacobian_transpose_product")
-_jacobian_loaded: list[SimpleNamespace] = []  # [plain] and, once Dynamo is loaded, [plain, excluded]
-
-
-def _jacobian_kernels() -> SimpleNamespace:
-    """The kernels of :mod:`smoothrank._softrank_numba`, imported on first use and excluded from
-    ``torch.compile`` once Dynamo is loaded (as :func:`_kernels` does it)."""
-    if not _jacobian_loaded:
-        from smoothrank import _softrank_numba
-
-        _jacobian_loaded.append(SimpleNamespace(**{name: getattr(_softrank_numba, name)
-                                                   for name in _JACOBIAN_KERNELS}))
-    if "torch._dynamo" not in sys.modules:
-        return _jacobian_loaded[0]
-    if len(_jacobian_loaded) == 1:
-        plain = _jacobian_loaded[0]
-        _jacobian_loaded.append(SimpleNamespace(**{name: torch.compiler.disable(getattr(plain, name))
-                                                   for name in _JACOBIAN_KERNELS}))
-    return _jacobian_loaded[1]
-
-
 class ExactExpectedDiscount(torch.autograd.Function):
     """``scores (batch, n) -> E[D(r_j)] (batch, n)`` under the exact Rank-Binomial distributions, in
     one compiled pass a query (:mod:`smoothrank._softrank_numba`): the forward computes each
@@ -545,7 +529,7 @@ class ExactExpectedDiscount(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, scores: Tensor, mask: Tensor, discounts: Tensor, sigma: float) -> Tensor:
-        kernels = _jacobian_kernels()
+        kernels = _loaded_kernels()
         want = bool(ctx.needs_input_grad[0])
         ed, jac = kernels.expected_discounts(scores.detach().contiguous().numpy(), mask.numpy(),
                                              discounts.detach().contiguous().numpy(), sigma, want)
@@ -560,7 +544,7 @@ class ExactExpectedDiscount(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         weight = grad_ed.detach().contiguous().numpy()
-        grad = _jacobian_kernels().jacobian_transpose_product(jac.numpy(), weight)
+        grad = _loaded_kernels().jacobian_transpose_product(jac.numpy(), weight)
         return torch.from_numpy(grad).to(grad_ed.dtype), None, None, None
 
 
