@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import write_fold1_slices
 
 from smoothrank.cli import main
@@ -115,3 +116,18 @@ def test_write_scores_refuses_rows_of_several_files(tmp_path):
     with pytest.raises(SmoothrankError, match=r"^dataset: .* repeats line numbers \(rows of several files\)"):
         write_scores(tmp_path / "p.txt", concat_datasets([a, b]), [(0, 2, np.arange(4.0))])
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_scored_chunks_refuses_a_bad_chunk_size_before_scoring(bad):
+    from smoothrank.data import Dataset
+    from smoothrank.errors import SmoothrankError
+
+    def never(features, mask):  # the model is not called: the argument is checked first
+        raise AssertionError("scored")
+
+    model = torch.nn.Module()
+    model.forward = never  # type: ignore[method-assign]
+    ds = Dataset.from_arrays(np.zeros((3, 1)), np.zeros(3), [1, 1, 2])
+    with pytest.raises(SmoothrankError, match="queries_per_chunk: must be a positive integer"):
+        next(inference.scored_chunks(model, ds, queries_per_chunk=bad))

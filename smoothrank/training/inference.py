@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from smoothrank._checks import check_positive_int
 from smoothrank.errors import TrainingError
 
 __all__ = ["QUERIES_PER_CHUNK", "NonFiniteScoreError", "Scorable", "evaluate_model", "per_query_metrics",
@@ -159,11 +160,12 @@ def scored_chunks(model: nn.Module | Scorable, dataset: Any, *, batch_size: int 
     """
     from smoothrank.data import store
 
+    step = QUERIES_PER_CHUNK if queries_per_chunk is None else check_positive_int(queries_per_chunk,
+                                                                                   "queries_per_chunk")
     if not isinstance(model, nn.Module):  # a loaded artifact
         dataset, model = model.prepared(dataset, source=source), model.model
     held = store.scratch_array((dataset.n_docs,), np.float64)
     _fill_scores(model, dataset, held, batch_size)
-    step = QUERIES_PER_CHUNK if queries_per_chunk is None else queries_per_chunk
     for first in range(0, dataset.n_queries, step):
         stop = min(first + step, dataset.n_queries)
         scores = np.array(held[int(dataset.offsets[first]):int(dataset.offsets[stop])])
