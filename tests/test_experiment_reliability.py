@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -111,6 +112,23 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _started(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot), None if it is gone: tells a
+    process from a later one that was given the same pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _kill_all(processes: dict[int, str | None]) -> None:
+    """SIGKILL each of ``processes`` (pid: start time) that is still the same process."""
+    for pid, started in processes.items():
+        if started is not None and _started(pid) == started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_end_when_the_parent_is_killed(folds, tmp_path):
@@ -124,13 +142,14 @@ def test_workers_end_when_the_parent_is_killed(folds, tmp_path):
     parent = subprocess.Popen([sys.executable, "-m", "smoothrank", "experiment", str(path), "--out", str(out),
                                "--workers", "2", "--quiet"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
+    children: dict[int, str | None] = {}  # found before the kill: a dead parent has no descendants
     try:
         deadline = time.monotonic() + 240
         while len(list(out.glob("runs/*/cell.json"))) < 2:
             assert parent.poll() is None, "the experiment ended on its own"
             assert time.monotonic() < deadline, "the workers did not start their runs"
             time.sleep(0.5)
-        children = _descendants(parent.pid)
+        children = {pid: _started(pid) for pid in _descendants(parent.pid)}
         assert children, "no worker processes"
         parent.kill()
         parent.wait()
@@ -141,5 +160,75 @@ def test_workers_end_when_the_parent_is_killed(folds, tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
-        for pid in _descendants(parent.pid):
-            os.kill(pid, signal.SIGKILL)
+        _kill_all({**children, **{pid: _started(pid) for pid in _descendants(parent.pid)}})
+
+
+# A stand-in for a worker of the pool: the runner's initializer, then a run whose every signal
+# lands inside a __del__, where Python reports the handler's KeyboardInterrupt as "Exception
+# ignored" and goes on (as in llvmlite's __del__ and ctypes callbacks during a Numba compilation).
+_WORKER = """
+import os, sys, time
+from pathlib import Path
+from smoothrank.experiments import runner
+
+parent = int(sys.argv[1])
+Path(sys.argv[3]).write_text(str(os.getpid()))
+while sys.argv[2] == "parent-dies-first" and os.getppid() == parent:
+    time.sleep(0.01)
+runner._STOP_DEADLINE_S = 1.0
+runner._worker_signals(parent)
+runner._worker_state["in_run"] = sys.argv[2] == "interrupt-lost"
+
+class Swallows:
+    def __del__(self):
+        time.sleep(0.05)
+
+Path(sys.argv[3] + ".armed").touch()
+while True:
+    Swallows()
+"""
+
+# The worker's parent: starts the worker, then waits to be killed, or leaves at once.
+_PARENT = """
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid()), *sys.argv[2:]])
+if sys.argv[2] != "parent-dies-first":
+    time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("case", ["interrupt-lost", "parent-dies-first"])
+def test_a_worker_ends_soon_after_its_parent_at_any_moment(tmp_path, case):
+    # interrupt-lost: the KeyboardInterrupt of the parent-death SIGTERM never reaches the run, and
+    # the worker must still end (the deadline). parent-dies-first: the parent is gone before the
+    # worker's initializer runs, so no parent-death signal will come.
+    ready, log = tmp_path / "worker.pid", tmp_path / "worker.log"
+    with log.open("w") as stderr:
+        parent = subprocess.Popen([sys.executable, "-c", _PARENT, _WORKER, case, str(ready)], stderr=stderr,
+                                  start_new_session=True)
+    worker: dict[int, str | None] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.is_file() or not ready.read_text():
+            assert time.monotonic() < deadline, "the worker did not start"
+            time.sleep(0.05)
+        pid = int(ready.read_text())
+        worker = {pid: _started(pid)}
+        if case == "interrupt-lost":
+            while not Path(f"{ready}.armed").is_file():
+                assert _alive(pid) and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "the worker outlived its parent"
+        if case == "interrupt-lost":  # the case happened: the interrupt was lost in the __del__
+            assert "in __del__" in log.read_text() and "KeyboardInterrupt" in log.read_text()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        _kill_all(worker)

@@ -261,41 +261,71 @@ def _run_cell_worker(cell_json: str, out_dir: str) -> tuple[dict[str, Any], _Cau
 
 _worker_state = {"in_run": False, "stopping": False}
 
+# Seconds a worker has to leave after its first SIGINT or SIGTERM, or after its parent's death,
+# before the kernel ends it (SIGALRM, whose default action ends the process).
+_STOP_DEADLINE_S = 5.0
+_PARENT_POLL_S = 0.5
 
-def _worker_signals() -> None:
-    """Pool initializer: SIGINT and SIGTERM stop a worker once, cleanly.
 
-    In a run, the first one raises KeyboardInterrupt, so that temporary files are removed before
+def _worker_signals(parent: int) -> None:
+    """Pool initializer: SIGINT and SIGTERM stop a worker once, cleanly, and within
+    ``_STOP_DEADLINE_S`` seconds in any case; the worker ends when ``parent`` (the pid of the
+    process that made the pool, passed on: ``os.getppid()`` here would already be another process's
+    if the parent died while this one started) does.
+
+    In a run, the first signal raises KeyboardInterrupt, so that temporary files are removed before
     ``_run_cell_worker`` leaves; between runs the worker leaves at once (a KeyboardInterrupt there
     would be a traceback from concurrent.futures). Later ones are ignored: Ctrl-C reaches a worker
     twice, from the terminal and from the parent (:func:`_interrupt_workers`), and the second must
     not cut the first one's clean-up short. SIGTERM to the whole process group (a scheduler
-    cancelling the job) would otherwise kill the worker on the spot."""
+    cancelling the job) would otherwise kill the worker on the spot.
+
+    The first signal also sets a deadline that the kernel keeps: the KeyboardInterrupt can be lost
+    (Python prints an exception raised inside a ``__del__``, a weakref callback or a ctypes callback
+    as "Exception ignored" and goes on; a cold Numba compilation runs llvmlite's in both), and the
+    signal itself can wait, unhandled, for a long compiled call to return."""
     signal.signal(signal.SIGINT, _worker_interrupted)
     signal.signal(signal.SIGTERM, _worker_interrupted)
-    _end_with_parent(os.getppid())
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    _end_with_parent(parent)
+
+
+def _set_stop_deadline() -> None:
+    """End this process ``_STOP_DEADLINE_S`` seconds from now, whatever it is doing then (a deadline
+    set already is kept, not extended). Callable from any thread."""
+    if hasattr(signal, "setitimer"):
+        if signal.getitimer(signal.ITIMER_REAL)[0] == 0.0:
+            signal.setitimer(signal.ITIMER_REAL, _STOP_DEADLINE_S)
+        return
+
+    def end() -> None:  # no interval timer (Windows): a thread ends the process
+        time.sleep(_STOP_DEADLINE_S)
+        os._exit(130)
+
+    threading.Thread(target=end, name="smoothrank-stop-deadline", daemon=True).start()
 
 
 def _end_with_parent(parent: int) -> None:
     """Make this worker end when its parent process does, however the parent ends (SIGKILL too,
-    where no handler of the parent runs): the kernel sends SIGTERM at the parent's death on Linux
-    (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon thread polls the parent's pid. The worker
-    then stops as for a SIGTERM: its run's checkpoint stays, for the next command to resume."""
+    where no handler of the parent runs). On Linux the kernel sends SIGTERM at the parent's death
+    (``prctl(PR_SET_PDEATHSIG)``: at once, while the main thread may be in a compiled call); on
+    every system a daemon thread polls the parent's pid and, once it has changed, sets the stop
+    deadline and sends SIGTERM. The worker then stops as for a SIGTERM: its run's checkpoint
+    stays, for the next command to resume."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(1, signal.SIGTERM, 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
-                if os.getppid() != parent:  # the parent died before the call: no signal will come
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return
-        except (OSError, AttributeError):  # no libc symbol: fall back to polling
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # no libc symbol: the thread below does it
             pass
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
+        while os.getppid() == parent:  # a parent that died before prctl is seen at once
+            time.sleep(_PARENT_POLL_S)
+        _set_stop_deadline()
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="smoothrank-parent-watch", daemon=True).start()
@@ -305,9 +335,12 @@ def _worker_interrupted(_signum: int, _frame: object) -> None:
     if _worker_state["stopping"]:
         return
     _worker_state["stopping"] = True
-    if _worker_state["in_run"]:
-        raise KeyboardInterrupt
-    os._exit(130)
+    if not _worker_state["in_run"]:
+        os._exit(130)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a library may have set a handler since
+    _set_stop_deadline()
+    raise KeyboardInterrupt
 
 
 def _interrupt_workers() -> None:
@@ -331,7 +364,7 @@ def _run_in_pool(todo: Sequence[Cell], out: Path, workers: int, done: dict[str, 
     """Run ``todo`` in ``workers`` spawned processes, filling ``done``, ``ran`` and ``failed``."""
     # "spawn": a forked child would inherit OpenMP/LightGBM thread pools mid-state and can hang.
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_signals)
+                               initializer=_worker_signals, initargs=(os.getpid(),))
     try:
         futures = {pool.submit(_run_cell_worker, cell.model_dump_json(), str(out)): cell for cell in todo}
         for i, future in enumerate(as_completed(futures), 1):
