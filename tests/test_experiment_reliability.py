@@ -163,9 +163,9 @@ def test_workers_end_when_the_parent_is_killed(folds, tmp_path):
         _kill_all({**children, **{pid: _started(pid) for pid in _descendants(parent.pid)}})
 
 
-# A stand-in for a worker of the pool: the runner's initializer, then a run whose every signal
-# lands inside a __del__, where Python reports the handler's KeyboardInterrupt as "Exception
-# ignored" and goes on (as in llvmlite's __del__ and ctypes callbacks during a Numba compilation).
+# A stand-in for a worker of the pool: the runner's initializer, then a run that waits inside a
+# __del__, where Python reports the signal handler's KeyboardInterrupt as "Exception ignored" and
+# goes on (as in llvmlite's __del__ and ctypes callbacks during a Numba compilation).
 _WORKER = """
 import os, sys, time
 from pathlib import Path
@@ -181,9 +181,10 @@ runner._worker_state["in_run"] = sys.argv[2] == "interrupt-lost"
 
 class Swallows:
     def __del__(self):
-        time.sleep(0.05)
+        Path(sys.argv[3] + ".armed").touch()
+        while True:
+            time.sleep(0.05)
 
-Path(sys.argv[3] + ".armed").touch()
 while True:
     Swallows()
 """
