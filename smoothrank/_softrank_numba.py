@@ -43,6 +43,8 @@ import math
 import numba as nb
 import numpy as np
 
+from smoothrank._exp_numba import erfc_exp_nonnegative
+
 __all__ = ["expected_discounts", "flat_soft_dcg_gradient", "jacobian_transpose_product"]
 
 LANES = 32  # documents whose recursions run side by side (the vectorised inner loop)
@@ -70,24 +72,31 @@ def _ftz(x, tiny):  # pragma: no cover - compiled
 def _contests(sq, idx, m, half_inv_sigma, pi, jac):  # pragma: no cover - compiled
     """``pi[j, i] = P(i beats j)`` (cast to ``pi``'s dtype) and ``jac[j, i] = exp(-x^2)``,
     ``x = (s_j - s_i) / (2 sigma)``, for the real documents ``idx[:m]`` of the scores ``sq``;
-    zero diagonals."""
+    zero diagonals. A row of pairs at a time (the vectorised ``erfc`` and ``exp``)."""
+    gap = np.empty(m)
+    small = np.empty(m)
+    dens = np.empty(m)
+    work = np.empty(m)
+    scratch = np.empty(2 * m, dtype=np.int64)
     for u in range(m):
         a = idx[u]
         pi[a, a] = 0
         jac[a, a] = 0
-        for v in range(u + 1, m):
-            c = idx[v]
-            x = (np.float64(sq[a]) - np.float64(sq[c])) * half_inv_sigma
-            small = 0.5 * math.erfc(abs(x))
-            if x >= 0:
-                pi[a, c] = small
-                pi[c, a] = 1.0 - small
+        n = m - 1 - u
+        for v in range(n):
+            gap[v] = abs((np.float64(sq[a]) - np.float64(sq[idx[u + 1 + v]])) * half_inv_sigma)
+        erfc_exp_nonnegative(gap[:n], small[:n], dens[:n], work, scratch)
+        for v in range(n):
+            c = idx[u + 1 + v]
+            half = 0.5 * small[v]
+            if np.float64(sq[a]) >= np.float64(sq[c]):  # the sign of x
+                pi[a, c] = half
+                pi[c, a] = 1.0 - half
             else:
-                pi[a, c] = 1.0 - small
-                pi[c, a] = small
-            d = math.exp(-x * x)
-            jac[a, c] = d
-            jac[c, a] = d
+                pi[a, c] = 1.0 - half
+                pi[c, a] = half
+            jac[a, c] = dens[v]
+            jac[c, a] = dens[v]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -396,7 +405,8 @@ def _task_lanes(s, offsets, coef, queries):  # pragma: no cover - compiled
 
 @nb.njit(cache=True, nogil=True)
 def _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs, owner, values, grad, st, rows,
-                dens, lane_disc, e, out, tiny):  # pragma: no cover - compiled
+                dens, lane_disc, e, out, tiny, gap, small, density, work,
+                scratch):  # pragma: no cover - compiled
     """One lane block of the booster's kernel: the documents ``docs`` (each of query ``owner``; at
     most ``LANES``) add ``coef_j E_j`` to their query's value and ``coef_j dE_j / ds`` to the
     gradient. Shorter queries' lanes take identity steps past their ends."""
@@ -409,12 +419,14 @@ def _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs, owner
         lo = offsets[owner[jj]] if jj < w else 0
         m = offsets[owner[jj] + 1] - lo if jj < w else 0
         j = docs[jj] - lo if jj < w else -1
+        for t in range(m):
+            gap[t] = abs((s[lo + j] - s[lo + t]) * half_inv_sigma)
+        erfc_exp_nonnegative(gap[:m], small[:m], density[:m], work, scratch)
         for t in range(steps):
             if t < m and t != j:  # pi = P(t beats j) as _contests forms it
-                x = (s[lo + j] - s[lo + t]) * half_inv_sigma
-                small = 0.5 * math.erfc(abs(x))
-                rows[t * LANES + jj] = small if x >= 0 else 1.0 - small
-                dens[t * LANES + jj] = math.exp(-x * x)
+                half = 0.5 * small[t]
+                rows[t * LANES + jj] = half if s[lo + j] >= s[lo + t] else 1.0 - half
+                dens[t * LANES + jj] = density[t]
             else:
                 rows[t * LANES + jj] = 0.0
                 dens[t * LANES + jj] = 0.0
@@ -452,12 +464,16 @@ def _flat_kernel(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, task_queri
         lane_disc = np.empty(n_ranks * LANES)
         e = np.empty(LANES)
         out = np.empty(longest * LANES)
+        gap, small, density, work = (np.empty(longest), np.empty(longest), np.empty(longest),
+                                     np.empty(longest))
+        scratch = np.empty(2 * longest, dtype=np.int64)
         for k in range(c * per, min(n_tasks, (c + 1) * per)):
             docs, owner = _task_lanes(s, offsets, coef, task_queries[task_starts[k]:task_starts[k + 1]])
             for start in range(0, docs.shape[0], LANES):
                 stop = min(docs.shape[0], start + LANES)
                 _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs[start:stop],
-                            owner[start:stop], values, grad, st, rows, dens, lane_disc, e, out, tiny)
+                            owner[start:stop], values, grad, st, rows, dens, lane_disc, e, out, tiny, gap,
+                            small, density, work, scratch)
 
 
 def _flat_tasks(offsets: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
