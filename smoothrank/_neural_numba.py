@@ -53,8 +53,9 @@ def neural_dcg(scores: np.ndarray, gains: np.ndarray, disc: np.ndarray, offsets:
     want = grad_scale is not None
     grad = np.zeros_like(scores)
     scale = grad_scale if want else np.zeros(offsets.shape[0] - 1)
-    _neural_kernel(scores, gains, disc, offsets, float(temperature), int(max_iter), float(tol),
-                   bool(transposed), scale, values, grad)
+    with nb.parallel_chunksize(1):  # dynamic: a thread held up by another process holds up no other
+        _neural_kernel(scores, gains, disc, offsets, float(temperature), int(max_iter), float(tol),
+                       bool(transposed), scale, values, grad)
     return values, (grad if want else None)
 
 
