@@ -260,10 +260,11 @@ def _batch_contests(scores, mask, select, half_inv_sigma, pi, jac, idx, counts, 
 
 
 @nb.njit(cache=True, nogil=True)
-def _padded_block(pi, jac, idx, m, docs, w, disc, dens_scale, ed, want, st, rows, dens, lane_disc, e, out,
-                  one, tiny):  # pragma: no cover - compiled
+def _padded_block(pi, jac, idx, m, docs, w, disc, dens_scale, ed, want, buf, one, tiny):  # pragma: no cover
     """The lane block of the documents ``docs[:w]`` of one padded query: its contests gathered into
-    lanes, ``ed[j]`` and (``want``) the rows ``jac[j] = dE_j / ds`` scattered back."""
+    lanes, ``ed[j]`` and (``want``) the rows ``jac[j] = dE_j / ds`` scattered back; ``buf``: the
+    thread's states, lanes' contests, densities, discounts, expected discounts and derivatives."""
+    st, rows, dens, lane_disc, e, out = buf
     n_ranks = disc.shape[0]
     for t in range(m):
         i = idx[t]
@@ -301,16 +302,13 @@ def _batch_lanes(pi, jac, idx, counts, order, tasks, disc, dens_scale, ed, want,
     n_tasks = tasks.shape[0]
     per = (n_tasks + n_chunks - 1) // n_chunks
     for c in nb.prange(n_chunks):  # a chunk of tasks a thread, its buffers allocated once
-        st = np.empty((n + 1) * n_ranks * LANES, dtype=pi.dtype)
-        rows = np.empty(n * LANES, dtype=pi.dtype)
-        dens = np.empty(n * LANES, dtype=pi.dtype)
-        lane_disc = np.empty(n_ranks * LANES, dtype=pi.dtype)
-        e = np.empty(LANES)
-        out = np.empty(n * LANES)
+        buf = (np.empty((n + 1) * n_ranks * LANES, dtype=pi.dtype), np.empty(n * LANES, dtype=pi.dtype),
+               np.empty(n * LANES, dtype=pi.dtype), np.empty(n_ranks * LANES, dtype=pi.dtype),
+               np.empty(LANES), np.empty(n * LANES))
         for k in range(c * per, min(n_tasks, (c + 1) * per)):
             b, start, w = tasks[k, 0], tasks[k, 1], tasks[k, 2]
             _padded_block(pi[b], jac[b], idx[b], counts[b], order[b, start:start + w], w, disc[b], dens_scale,
-                          ed[b], want, st, rows, dens, lane_disc, e, out, one, tiny)
+                          ed[b], want, buf, one, tiny)
 
 
 def expected_discounts(scores: np.ndarray, mask: np.ndarray, disc: np.ndarray, sigma: float,
@@ -404,17 +402,20 @@ def _task_lanes(s, offsets, coef, queries):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
-def _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs, owner, values, grad, st, rows,
-                dens, lane_disc, e, out, tiny, gap, small, density, work,
-                scratch):  # pragma: no cover - compiled
-    """One lane block of the booster's kernel: the documents ``docs`` (each of query ``owner``; at
-    most ``LANES``) add ``coef_j E_j`` to their query's value and ``coef_j dE_j / ds`` to the
-    gradient. Shorter queries' lanes take identity steps past their ends."""
+def _flat_buffers(longest, n_ranks):  # pragma: no cover - compiled
+    """A thread's buffers for :func:`_flat_block`: the states, the lanes' contests, densities,
+    discounts, expected discounts and derivatives, and the rows of :func:`erfc_exp_nonnegative`."""
+    return (np.empty((longest + 1) * n_ranks * LANES), np.empty(longest * LANES), np.empty(longest * LANES),
+            np.empty(n_ranks * LANES), np.empty(LANES), np.empty(longest * LANES), np.empty(longest),
+            np.empty(longest), np.empty(longest), np.empty(longest), np.empty(2 * longest, dtype=np.int64))
+
+
+@nb.njit(cache=True, nogil=True)
+def _flat_lane_rows(s, offsets, disc, half_inv_sigma, docs, owner, steps, n_ranks, buf):  # pragma: no cover
+    """Each lane's contests ``P(t beats j)`` (as :func:`_contests` forms them), densities and
+    discounts into ``buf``; zero (identity steps) past a lane's list and in the empty lanes."""
+    _, rows, dens, lane_disc, _, _, gap, small, density, work, scratch = buf
     w = docs.shape[0]
-    steps = 0
-    for jj in range(w):
-        steps = max(steps, offsets[owner[jj] + 1] - offsets[owner[jj]])
-    n_ranks = min(n_ranks_cap, steps)
     for jj in range(LANES):
         lo = offsets[owner[jj]] if jj < w else 0
         m = offsets[owner[jj] + 1] - lo if jj < w else 0
@@ -423,7 +424,7 @@ def _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs, owner
             gap[t] = abs((s[lo + j] - s[lo + t]) * half_inv_sigma)
         erfc_exp_nonnegative(gap[:m], small[:m], density[:m], work, scratch)
         for t in range(steps):
-            if t < m and t != j:  # pi = P(t beats j) as _contests forms it
+            if t < m and t != j:
                 half = 0.5 * small[t]
                 rows[t * LANES + jj] = half if s[lo + j] >= s[lo + t] else 1.0 - half
                 dens[t * LANES + jj] = density[t]
@@ -432,6 +433,21 @@ def _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs, owner
                 dens[t * LANES + jj] = 0.0
         for r in range(n_ranks):
             lane_disc[r * LANES + jj] = disc[lo + r] if r < m else 0.0
+
+
+@nb.njit(cache=True, nogil=True)
+def _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs, owner, values, grad, buf,
+                tiny):  # pragma: no cover - compiled
+    """One lane block of the booster's kernel: the documents ``docs`` (each of query ``owner``; at
+    most ``LANES``) add ``coef_j E_j`` to their query's value and ``coef_j dE_j / ds`` to the
+    gradient. Shorter queries' lanes take identity steps past their ends."""
+    st, rows, dens, lane_disc, e, out = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5]
+    w = docs.shape[0]
+    steps = 0
+    for jj in range(w):
+        steps = max(steps, offsets[owner[jj] + 1] - offsets[owner[jj]])
+    n_ranks = min(n_ranks_cap, steps)
+    _flat_lane_rows(s, offsets, disc, half_inv_sigma, docs, owner, steps, n_ranks, buf)
     _lane_block(rows, dens, lane_disc, steps, w, n_ranks, half_inv_sigma / math.sqrt(math.pi), True, st, e,
                 out, 1.0, tiny)
     for jj in range(w):
@@ -454,26 +470,16 @@ def _flat_kernel(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, task_queri
     longest = 0
     for q in range(offsets.shape[0] - 1):
         longest = max(longest, offsets[q + 1] - offsets[q])
-    n_ranks = min(n_ranks_cap, longest)
     n_tasks = task_starts.shape[0] - 1
     per = (n_tasks + n_chunks - 1) // n_chunks
     for c in nb.prange(n_chunks):  # a chunk of tasks a thread, its buffers allocated once
-        st = np.empty((longest + 1) * n_ranks * LANES)
-        rows = np.empty(longest * LANES)
-        dens = np.empty(longest * LANES)
-        lane_disc = np.empty(n_ranks * LANES)
-        e = np.empty(LANES)
-        out = np.empty(longest * LANES)
-        gap, small, density, work = (np.empty(longest), np.empty(longest), np.empty(longest),
-                                     np.empty(longest))
-        scratch = np.empty(2 * longest, dtype=np.int64)
+        buf = _flat_buffers(longest, min(n_ranks_cap, longest))
         for k in range(c * per, min(n_tasks, (c + 1) * per)):
             docs, owner = _task_lanes(s, offsets, coef, task_queries[task_starts[k]:task_starts[k + 1]])
             for start in range(0, docs.shape[0], LANES):
                 stop = min(docs.shape[0], start + LANES)
                 _flat_block(s, offsets, disc, coef, half_inv_sigma, n_ranks_cap, docs[start:stop],
-                            owner[start:stop], values, grad, st, rows, dens, lane_disc, e, out, tiny, gap,
-                            small, density, work, scratch)
+                            owner[start:stop], values, grad, buf, tiny)
 
 
 def _flat_tasks(offsets: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
