@@ -10,11 +10,12 @@ SoftNDCG loss and its gradient are then ``sum_j c_j E_j`` and ``J^T c``; the boo
 
 In one pass forward and one back over a block of ``LANES`` documents, the states kept in between:
 
-* the contests ``pi_ij = Phi((s_i - s_j) / (sigma sqrt 2)) = erfc((s_j - s_i) / (2 sigma)) / 2`` and
-  the densities ``exp(-x^2)`` in float64 (``erfc(|x|)`` once a pair: the smaller probability of a
-  pair is ``erfc(|x|) / 2``, the larger ``1`` minus it), gathered into lanes: step ``t`` of lane
-  ``jj`` is its document's contest with the ``t``-th document of its list (probability 0, an identity
-  step, for the document itself and past the end of a shorter list);
+* each lane's contests ``pi_ij = Phi((s_i - s_j) / (sigma sqrt 2)) = erfc((s_j - s_i) / (2 sigma)) / 2``
+  with the ``t``-th document of its list and the densities ``exp(-x^2)``, formed in float64 a row
+  at a time (``erfc(|x|)`` and ``exp`` vectorised, :mod:`smoothrank._exp_numba`; the smaller
+  probability of a pair is ``erfc(|x|) / 2``, the larger ``1`` minus it, both 1/2 at a tie) into
+  the lanes' rows: a probability of 0 is an identity step (the document itself, and past the end
+  of a shorter list);
 * the recursions of the lanes run side by side, the lanes in the vectorised inner loop (ordered by
   decreasing score, so that the lanes' rank ranges overlap);
 * forward: ``p^(t+1)(r) = p^(t)(r) (1 - pi) + p^(t)(r - 1) pi`` (eq. 12), every state kept;
@@ -33,7 +34,7 @@ Only the documents whose ``E`` is wanted take a lane (every document still compe
 passes the documents of nonzero gain (``select``), the booster its documents of nonzero coefficient,
 packed into blocks across queries of similar length. Memory: the kept states, at most
 ``n R LANES`` values per thread (7 MB in float32 at ``n = R = 240``), and, for the loss, the
-``(batch, n, n)`` contests and Jacobian.
+``(batch, n, n)`` Jacobian.
 """
 
 from __future__ import annotations
@@ -69,34 +70,26 @@ def _ftz(x, tiny):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
-def _contests(sq, idx, m, half_inv_sigma, pi, jac):  # pragma: no cover - compiled
-    """``pi[j, i] = P(i beats j)`` (cast to ``pi``'s dtype) and ``jac[j, i] = exp(-x^2)``,
-    ``x = (s_j - s_i) / (2 sigma)``, for the real documents ``idx[:m]`` of the scores ``sq``;
-    zero diagonals. A row of pairs at a time (the vectorised ``erfc`` and ``exp``)."""
-    gap = np.empty(m)
-    small = np.empty(m)
-    dens = np.empty(m)
-    work = np.empty(m)
-    scratch = np.empty(2 * m, dtype=np.int64)
-    for u in range(m):
-        a = idx[u]
-        pi[a, a] = 0
-        jac[a, a] = 0
-        n = m - 1 - u
-        for v in range(n):
-            gap[v] = abs((np.float64(sq[a]) - np.float64(sq[idx[u + 1 + v]])) * half_inv_sigma)
-        erfc_exp_nonnegative(gap[:n], small[:n], dens[:n], work, scratch)
-        for v in range(n):
-            c = idx[u + 1 + v]
-            half = 0.5 * small[v]
-            if np.float64(sq[a]) >= np.float64(sq[c]):  # the sign of x
-                pi[a, c] = half
-                pi[c, a] = 1.0 - half
-            else:
-                pi[a, c] = 1.0 - half
-                pi[c, a] = half
-            jac[a, c] = dens[v]
-            jac[c, a] = dens[v]
+def _lane_contests(sq, idx, m, j, jj, steps, half_inv_sigma, rows, dens, row_buf):  # pragma: no cover
+    """Lane ``jj``'s contests ``P(idx[t] beats j)`` and densities ``exp(-x^2)``, ``x = (s_j -
+    s_idx[t]) / (2 sigma)``, at its steps ``t < m`` (formed in float64, cast to ``rows``' dtype;
+    ``erfc`` and ``exp`` a row at a time), 0 for ``j`` itself, past ``m`` and in an empty lane
+    (``j < 0``); ``row_buf``: the rows of :func:`erfc_exp_nonnegative`."""
+    gap, small, density, work, scratch = row_buf
+    sj = np.float64(sq[j]) if j >= 0 else 0.0
+    if j >= 0:
+        for t in range(m):
+            gap[t] = abs((sj - np.float64(sq[idx[t]])) * half_inv_sigma)
+        erfc_exp_nonnegative(gap[:m], small[:m], density[:m], work, scratch)
+    for t in range(steps):
+        at = t * LANES + jj
+        if j >= 0 and t < m and idx[t] != j:
+            half = 0.5 * small[t]  # the smaller probability of the pair; 1/2 at a tie
+            rows[at] = half if sj >= np.float64(sq[idx[t]]) else 1.0 - half
+            dens[at] = density[t]
+        else:
+            rows[at] = 0
+            dens[at] = 0
 
 
 @nb.njit(cache=True, nogil=True)
@@ -230,8 +223,10 @@ def _lane_block(rows, dens, lane_disc, steps, w, n_ranks, dens_scale, want, st, 
 
 # ----------------------------------------------------------------------------- the loss: padded batch
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _batch_contests(scores, mask, select, half_inv_sigma, pi, jac, idx, counts, order,
-                    selected):  # pragma: no cover - compiled
+def _batch_order(scores, mask, select, idx, counts, order, selected):  # pragma: no cover - compiled
+    """Each query's real documents ``idx[b, :counts[b]]`` (the competitors, in list order) and its
+    selected ones by decreasing score, ``order[b, :selected[b]]`` (so that a lane block's rank
+    ranges overlap)."""
     batch, n = scores.shape
     for b in nb.prange(batch):
         m = 0
@@ -240,46 +235,33 @@ def _batch_contests(scores, mask, select, half_inv_sigma, pi, jac, idx, counts, 
                 idx[b, m] = i
                 m += 1
         counts[b] = m
-        if m < n:
-            jac[b, :, :] = 0
-        _contests(scores[b], idx[b], m, half_inv_sigma, pi[b], jac[b])
-        # lanes: the selected documents by decreasing score, so that a lane block's rank ranges overlap
         key = np.empty(m)
         for u in range(m):
             key[u] = -np.float64(scores[b, idx[b, u]])
         perm = np.argsort(key, kind="mergesort")
         k = 0
         for u in range(m):
-            a = idx[b, perm[u]]
-            if select[b, a]:
-                order[b, k] = a
+            if select[b, idx[b, perm[u]]]:
+                order[b, k] = idx[b, perm[u]]
                 k += 1
-            else:
-                jac[b, a, :] = 0  # no expected discount, no row of the Jacobian
         selected[b] = k
 
 
 @nb.njit(cache=True, nogil=True)
-def _padded_block(pi, jac, idx, m, docs, w, disc, dens_scale, ed, want, buf, one, tiny):  # pragma: no cover
-    """The lane block of the documents ``docs[:w]`` of one padded query: its contests gathered into
-    lanes, ``ed[j]`` and (``want``) the rows ``jac[j] = dE_j / ds`` scattered back; ``buf``: the
-    thread's states, lanes' contests, densities, discounts, expected discounts and derivatives."""
-    st, rows, dens, lane_disc, e, out = buf
+def _padded_block(sq, jac, idx, m, docs, w, disc, half_inv_sigma, ed, want, buf, one,
+                  tiny):  # pragma: no cover - compiled
+    """The lane block of the documents ``docs[:w]`` of one padded query (scores ``sq``):
+    ``ed[j]`` and (``want``) the rows ``jac[j] = dE_j / ds``; ``buf``: the thread's states, lanes'
+    contests, densities, discounts, expected discounts, derivatives and contest rows."""
+    st, rows, dens, lane_disc, e, out, row_buf = buf
     n_ranks = disc.shape[0]
-    for t in range(m):
-        i = idx[t]
-        pt = t * LANES
-        for jj in range(LANES):
-            if jj < w:
-                rows[pt + jj] = pi[docs[jj], i]
-                dens[pt + jj] = jac[docs[jj], i]
-            else:
-                rows[pt + jj] = 0
-                dens[pt + jj] = 0
+    for jj in range(LANES):
+        _lane_contests(sq, idx, m, docs[jj] if jj < w else -1, jj, m, half_inv_sigma, rows, dens, row_buf)
     for r in range(n_ranks):
         for jj in range(LANES):
             lane_disc[r * LANES + jj] = disc[r]
-    _lane_block(rows, dens, lane_disc, m, w, n_ranks, dens_scale, want, st, e, out, one, tiny)
+    _lane_block(rows, dens, lane_disc, m, w, n_ranks, half_inv_sigma / math.sqrt(math.pi), want, st, e, out,
+                one, tiny)
     for jj in range(w):
         j = docs[jj]
         ed[j] = e[jj]
@@ -295,20 +277,22 @@ def _padded_block(pi, jac, idx, m, docs, w, disc, dens_scale, ed, want, buf, one
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _batch_lanes(pi, jac, idx, counts, order, tasks, disc, dens_scale, ed, want, n_chunks, one,
+def _batch_lanes(scores, jac, idx, counts, order, tasks, disc, half_inv_sigma, ed, want, n_chunks, one,
                  tiny):  # pragma: no cover - compiled
-    n = pi.shape[1]
+    n = scores.shape[1]
     n_ranks = disc.shape[1]
     n_tasks = tasks.shape[0]
     per = (n_tasks + n_chunks - 1) // n_chunks
     for c in nb.prange(n_chunks):  # a chunk of tasks a thread, its buffers allocated once
-        buf = (np.empty((n + 1) * n_ranks * LANES, dtype=pi.dtype), np.empty(n * LANES, dtype=pi.dtype),
-               np.empty(n * LANES, dtype=pi.dtype), np.empty(n_ranks * LANES, dtype=pi.dtype),
-               np.empty(LANES), np.empty(n * LANES))
+        dtype = scores.dtype
+        buf = (np.empty((n + 1) * n_ranks * LANES, dtype=dtype), np.empty(n * LANES, dtype=dtype),
+               np.empty(n * LANES, dtype=dtype), np.empty(n_ranks * LANES, dtype=dtype),
+               np.empty(LANES), np.empty(n * LANES),
+               (np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(2 * n, dtype=np.int64)))
         for k in range(c * per, min(n_tasks, (c + 1) * per)):
             b, start, w = tasks[k, 0], tasks[k, 1], tasks[k, 2]
-            _padded_block(pi[b], jac[b], idx[b], counts[b], order[b, start:start + w], w, disc[b], dens_scale,
-                          ed[b], want, buf, one, tiny)
+            _padded_block(scores[b], jac[b], idx[b], counts[b], order[b, start:start + w], w, disc[b],
+                          half_inv_sigma, ed[b], want, buf, one, tiny)
 
 
 def expected_discounts(scores: np.ndarray, mask: np.ndarray, disc: np.ndarray, sigma: float,
@@ -335,21 +319,19 @@ def expected_discounts(scores: np.ndarray, mask: np.ndarray, disc: np.ndarray, s
     batch, n = scores.shape
     dtype = scores.dtype
     ed = np.zeros((batch, n), dtype=dtype)
-    pi = np.empty((batch, n, n), dtype=dtype)
-    jac = np.empty((batch, n, n), dtype=dtype)
+    jac = np.zeros((batch, n, n) if want_jacobian else (batch, 0, 0), dtype=dtype)
     idx = np.empty((batch, n), dtype=np.int64)
     order = np.empty((batch, n), dtype=np.int64)
     counts = np.empty(batch, dtype=np.int64)
     selected = np.empty(batch, dtype=np.int64)
     select = mask if select is None else select & mask
-    with nb.parallel_chunksize(1):  # dynamic: a thread held up by another process holds up no other
-        _batch_contests(scores, mask, select, 0.5 / sigma, pi, jac, idx, counts, order, selected)
+    _batch_order(scores, mask, select, idx, counts, order, selected)
     tasks = np.array([(b, start, min(LANES, int(selected[b]) - start)) for b in range(batch)
                       for start in range(0, int(selected[b]), LANES)], dtype=np.int64).reshape(-1, 3)
     one, tiny = _one_tiny(dtype)
-    with nb.parallel_chunksize(1):
-        _batch_lanes(pi, jac, idx, counts, order, tasks, np.ascontiguousarray(disc, dtype=dtype),
-                     0.5 / sigma / math.sqrt(math.pi), ed, want_jacobian, _chunks(len(tasks)), one, tiny)
+    with nb.parallel_chunksize(1):  # dynamic: a thread held up by another process holds up no other
+        _batch_lanes(scores, jac, idx, counts, order, tasks, np.ascontiguousarray(disc, dtype=dtype),
+                     0.5 / sigma, ed, want_jacobian, _chunks(len(tasks)), one, tiny)
     return ed, (jac if want_jacobian else None)
 
 
@@ -404,33 +386,25 @@ def _task_lanes(s, offsets, coef, queries):  # pragma: no cover - compiled
 @nb.njit(cache=True, nogil=True)
 def _flat_buffers(longest, n_ranks):  # pragma: no cover - compiled
     """A thread's buffers for :func:`_flat_block`: the states, the lanes' contests, densities,
-    discounts, expected discounts and derivatives, and the rows of :func:`erfc_exp_nonnegative`."""
+    discounts, expected discounts and derivatives, the contest rows, and ``0..longest - 1``."""
+    row_buf = (np.empty(longest), np.empty(longest), np.empty(longest), np.empty(longest),
+               np.empty(2 * longest, dtype=np.int64))
     return (np.empty((longest + 1) * n_ranks * LANES), np.empty(longest * LANES), np.empty(longest * LANES),
-            np.empty(n_ranks * LANES), np.empty(LANES), np.empty(longest * LANES), np.empty(longest),
-            np.empty(longest), np.empty(longest), np.empty(longest), np.empty(2 * longest, dtype=np.int64))
+            np.empty(n_ranks * LANES), np.empty(LANES), np.empty(longest * LANES), row_buf,
+            np.arange(longest))
 
 
 @nb.njit(cache=True, nogil=True)
 def _flat_lane_rows(s, offsets, disc, half_inv_sigma, docs, owner, steps, n_ranks, buf):  # pragma: no cover
-    """Each lane's contests ``P(t beats j)`` (as :func:`_contests` forms them), densities and
-    discounts into ``buf``; zero (identity steps) past a lane's list and in the empty lanes."""
-    _, rows, dens, lane_disc, _, _, gap, small, density, work, scratch = buf
+    """Each lane's contests, densities and discounts into ``buf``: lane ``jj`` is document ``docs[jj]``
+    of query ``owner[jj]``, its competitors that query's documents in list order."""
+    rows, dens, lane_disc, row_buf, ident = buf[1], buf[2], buf[3], buf[6], buf[7]
     w = docs.shape[0]
     for jj in range(LANES):
         lo = offsets[owner[jj]] if jj < w else 0
         m = offsets[owner[jj] + 1] - lo if jj < w else 0
         j = docs[jj] - lo if jj < w else -1
-        for t in range(m):
-            gap[t] = abs((s[lo + j] - s[lo + t]) * half_inv_sigma)
-        erfc_exp_nonnegative(gap[:m], small[:m], density[:m], work, scratch)
-        for t in range(steps):
-            if t < m and t != j:
-                half = 0.5 * small[t]
-                rows[t * LANES + jj] = half if s[lo + j] >= s[lo + t] else 1.0 - half
-                dens[t * LANES + jj] = density[t]
-            else:
-                rows[t * LANES + jj] = 0.0
-                dens[t * LANES + jj] = 0.0
+        _lane_contests(s[lo:lo + m], ident, m, j, jj, steps, half_inv_sigma, rows, dens, row_buf)
         for r in range(n_ranks):
             lane_disc[r * LANES + jj] = disc[lo + r] if r < m else 0.0
 

@@ -515,7 +515,7 @@ def score_selected_rank_distributions(scores: Tensor, *, sigma: float, mask: Ten
 
 
 # Contest pairs (batch n^2) up to which exact SoftNDCG takes the per-query kernel with its Jacobian
-# (two (batch, n, n) arrays in the scores' dtype: 64 MiB in float32 at the bound); longer lists keep
+# (a (batch, n, n) array in the scores' dtype: 32 MiB in float32 at the bound); longer lists keep
 # the blocked path, whose memory does not grow with n^2.
 JACOBIAN_ENTRIES = 1 << 23
 
