@@ -5,6 +5,8 @@ Usage::
     .venv/bin/python benchmarks/bench_losses.py                 # 3 interleaved rounds, CPU
     .venv/bin/python benchmarks/bench_losses.py --rounds 1 --no-peer
     .venv/bin/python benchmarks/bench_losses.py --device cuda   # the same table on a GPU
+    .venv/bin/python benchmarks/bench_losses.py --losses neural_ndcg,soft_ndcg,soft_ndcg@10 \
+        --sizes 64x240 --peers neural_ndcg --no-naive --rounds 5   # the issue's ratios, round by round
 
 Every case runs in a fresh subprocess (float32, 2 threads, ``OMP_WAIT_POLICY=PASSIVE``): the time is
 the median of the timed repetitions after one warm-up, and "peak delta" is the increase of the
@@ -19,7 +21,8 @@ smoothrank's at equal iteration counts (30, tol=0), and allRank 1.4.3 (skipped w
 installed with ``pip --no-deps --target`` into /tmp on top of the torch already here; its unused
 imports (torchvision, gcsfs, ...) are stubbed. If it cannot be installed the peer rows are skipped
 with a note. Both run only at n < 1000 unless ``--peer-large``. Nothing in the test-suite depends
-on it.
+on it. A second table gives each of smoothrank's losses as a ratio to allRank's ``neuralNDCG`` (its
+transposed form for ``neural_ndcg_transposed``) measured in the same round, round by round.
 """
 
 from __future__ import annotations
@@ -214,7 +217,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated smoothrank losses; NAME@K for the loss with k=K (soft_ndcg@10)")
     parser.add_argument("--sizes", type=sizes_arg, default=",".join(f"{b}x{n}" for b, n in SIZES),
                         help="comma-separated batch x list sizes, e.g. 64x240,16x1000")
+    parser.add_argument("--peers", default=",".join(PEER),
+                        help=f"comma-separated allRank losses to run (of {', '.join(PEER)})")
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive NeuralNDCG reference")
     args = parser.parse_args(argv)
+    unknown = set(args.peers.split(",")) - set(PEER)
+    if unknown:
+        parser.error(f"--peers: unknown {', '.join(sorted(unknown))} (choose from {', '.join(PEER)})")
     if args.worker:
         impl, name, b, n, device, repeats, grad_out = args.worker
         worker(impl, name, int(b), int(n), device, int(repeats), grad_out)
@@ -235,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.losses.split(","):
             cases.append(("ours", name, b, n))
         if not large or args.peer_large:
-            cases += [("naive", "neural_ndcg", b, n), ("naive", "neural_ndcg_transposed", b, n)]
+            if not args.no_naive:
+                cases += [("naive", "neural_ndcg", b, n), ("naive", "neural_ndcg_transposed", b, n)]
             if not args.no_peer and peer_note is None:
-                cases += [("allRank", name, b, n) for name in PEER]
+                cases += [("allRank", name, b, n) for name in args.peers.split(",")]
     results: dict[tuple, list[dict]] = {c: [] for c in cases}
     for _ in range(args.rounds):
         for case in cases:
@@ -265,7 +275,30 @@ def main(argv: list[str] | None = None) -> int:
             check = (f"vs smoothrank@30 it: value rel {max(r['rel_value'] for r in runs):.1e}, "
                      f"grad rel {max(r['rel_grad'] for r in runs):.1e}")
         print(f"| {name} | {impl} | {b} x {n} | {t:.1f} | {mem:.0f} | {runs[0]['value']:.6f} | {check} |")
+    _print_ratios(cases, results, args.rounds)
     return 0
+
+
+def _print_ratios(cases: list[tuple], results: dict[tuple, list[dict]], rounds: int) -> None:
+    """Each of our losses over allRank's neuralNDCG (transposed for the transposed loss) in the same
+    round: every round's ratio and their median."""
+    rows = []
+    for impl, name, b, n in cases:
+        peer = "neural_ndcg_transposed" if name == "neural_ndcg_transposed" else "neural_ndcg"
+        peer_runs = results.get(("allRank", peer, b, n))
+        if impl != "ours" or not peer_runs:
+            continue
+        pairs = zip(results[(impl, name, b, n)], peer_runs, strict=True)
+        ratios = [ours["time"] / theirs["time"] for ours, theirs in pairs
+                  if ours and theirs and "error" not in ours and "error" not in theirs]
+        if ratios:
+            rows.append(f"| {name} | {b} x {n} | allRank {PEER[peer]} | "
+                        f"{', '.join(f'{r:.3f}' for r in ratios)} | {statistics.median(ratios):.3f} |")
+    if rows:
+        print()
+        print(f"| loss | batch x n | to | ratio in each of {rounds} round(s) | median |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows))
 
 
 if __name__ == "__main__":

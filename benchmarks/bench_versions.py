@@ -36,7 +36,8 @@ def worker(loss: str, batch: int, n: int, calls: int) -> None:
     from smoothrank import losses
 
     torch.set_num_threads(1)
-    fn = losses.get(loss)
+    name, _, k = loss.partition("@")  # NAME@K: the loss with k=K
+    fn = losses.get(name, **({"k": int(k)} if k else {}))
     gen = torch.Generator().manual_seed(0)
     scores = torch.randn(batch, n, generator=gen)
     labels = torch.randint(0, 5, (batch, n), generator=gen).float()
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--old", type=Path, help="the other source tree (a folder holding smoothrank/)")
-    parser.add_argument("--loss", default="rank_net")
+    parser.add_argument("--loss", default="rank_net", help="a registered loss; NAME@K for the loss with k=K")
     parser.add_argument("--size", type=sizes_arg, default="64x240", help="batch x list size")
     parser.add_argument("--rounds", type=positive_int, default=5)
     parser.add_argument("--calls", type=positive_int, default=20, help="timed calls per process")

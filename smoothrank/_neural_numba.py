@@ -20,10 +20,10 @@ the discount of rank ``r + 1`` (zero beyond the cutoff).
 
 from __future__ import annotations
 
-import math
-
 import numba as nb
 import numpy as np
+
+from smoothrank._exp_numba import exp_nonpositive
 
 __all__ = ["ideal_dcg", "neural_dcg"]
 
@@ -53,8 +53,9 @@ def neural_dcg(scores: np.ndarray, gains: np.ndarray, disc: np.ndarray, offsets:
     want = grad_scale is not None
     grad = np.zeros_like(scores)
     scale = grad_scale if want else np.zeros(offsets.shape[0] - 1)
-    _neural_kernel(scores, gains, disc, offsets, float(temperature), int(max_iter), float(tol),
-                   bool(transposed), scale, values, grad)
+    with nb.parallel_chunksize(1):  # dynamic: a thread held up by another process holds up no other
+        _neural_kernel(scores, gains, disc, offsets, float(temperature), int(max_iter), float(tol),
+                       bool(transposed), scale, values, grad)
     return values, (grad if want else None)
 
 
@@ -151,18 +152,23 @@ def _phat(s, b, tau, p, filled):  # pragma: no cover - compiled
     row shifted to a maximum of 0; columns whose mass underflowed (all below eps^2) set to eps^2
     (``sorting._fill_empty_columns``; only when ``filled`` has room for them)."""
     m = s.shape[0]
+    z = np.empty(m)
+    scratch = np.empty(2 * m, dtype=np.int64)
     for r in range(m):
         coef = m - 1.0 - 2.0 * r
         top = -np.inf
         for j in range(m):
-            p[r, j] = coef * s[j] - b[j]
-            top = max(top, p[r, j])
+            z[j] = coef * s[j] - b[j]
+            top = max(top, z[j])
+        for j in range(m):
+            z[j] = (z[j] - top) / tau
+        row = p[r]
+        exp_nonpositive(z, row, scratch)
         total = 0.0
         for j in range(m):
-            p[r, j] = math.exp((p[r, j] - top) / tau)
-            total += p[r, j]
+            total += row[j]
         for j in range(m):
-            p[r, j] /= total
+            row[j] /= total
     if filled.shape[0] == m:
         floor = np.finfo(np.float64).eps ** 2
         for j in range(m):

@@ -99,6 +99,7 @@ def test_every_benchmark_script_is_smoke_tested():
 @pytest.mark.parametrize(("script", "args", "fragment"), [
     ("bench_losses.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
     ("bench_losses.py", ["--rounds", "0"], "--rounds: expected a positive integer"),
+    ("bench_losses.py", ["--peers", "neural_ndcg,soft_ndcg"], "--peers: unknown soft_ndcg"),
     ("bench_softrank.py", ["--sizes", "4by8"], "--sizes: expected BATCHxN"),
     ("profile_loss.py", ["--options", "k"], "--options: expected key=value pairs"),
     # counts of 0 ended in ZeroDivisionError or StatisticsError tracebacks (an audit)
@@ -161,3 +162,21 @@ def test_bench_softrank_children_import_this_checkout(bench_softrank, monkeypatc
     monkeypatch.setattr(subprocess, "run", fake_run)
     bench_softrank.run_case("soft_ndcg exact", 4, 8, threads=1, reps=1, timeout=10)
     assert seen["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]
+
+
+def test_bench_losses_gives_each_rounds_ratio_to_allranks_neuralndcg(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = importlib.import_module("bench_losses")
+    monkeypatch.setattr(bench, "install_peer", lambda: None)
+    times = {"ours": iter([0.1, 0.3, 0.2, 0.6]), "allRank": iter([2.0, 3.0])}
+
+    def fake_run(impl, name, b, n, device, repeats):
+        return {"time": next(times[impl]), "peak_mib": 1.0, "value": 0.5}
+
+    monkeypatch.setattr(bench, "run_case", fake_run)
+    assert bench.main(["--rounds", "2", "--losses", "neural_ndcg,soft_ndcg", "--sizes", "4x8", "--peers",
+                       "neural_ndcg", "--no-naive"]) == 0
+    out = capsys.readouterr().out
+    assert "| neural_ndcg | 4 x 8 | allRank neuralNDCG | 0.050, 0.067 | 0.058 |" in out
+    assert "| soft_ndcg | 4 x 8 | allRank neuralNDCG | 0.150, 0.200 | 0.175 |" in out
+    assert "| naive" not in out and "approx_ndcg | allRank" not in out

@@ -7,6 +7,8 @@ query of all-zero labels and one of equal positive labels.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -84,6 +86,56 @@ def test_kernels_equal_the_pytorch_path(loss: str, hessian: str, options: dict) 
     fast, slow = _both(loss, hessian, scores, labels, **options)
     assert np.abs(fast[0]).max() > 0
     _assert_close(fast, slow, 1e-10 if hessian == "curvature" else 1e-12)
+
+
+@pytest.mark.parametrize("cutoff", [None, 5])
+def test_soft_ndcg_kernel_equals_each_query_alone(cutoff: int | None) -> None:
+    # The booster's kernel packs the documents of nonzero coefficient of several queries of similar
+    # length into one lane block and several blocks into a task: against each query computed alone
+    # by the loss's kernel, every document, coefficients applied after.
+    from smoothrank._softrank_numba import TASK_LANES, expected_discounts, flat_soft_dcg_gradient
+
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(1, 70, 50)
+    sizes[:4] = [1, 69, 2, 33]
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    scores = rng.normal(size=offsets[-1])
+    scores[70:90] = 0.3  # ties
+    coef = np.where(rng.random(offsets[-1]) < 0.4, -rng.uniform(0.1, 1.0, offsets[-1]), 0.0)
+    coef[offsets[3]:offsets[4]] = 0.0  # a query of nothing wanted
+    ranks = np.arange(offsets[-1]) - np.repeat(offsets[:-1], sizes)
+    disc = np.where(ranks < (cutoff or 10**9), 1.0 / np.log2(ranks + 2.0), 0.0)
+    n_ranks = int(sizes.max()) if cutoff is None else cutoff
+    assert (coef != 0).sum() > 3 * TASK_LANES  # several tasks
+    values, grad = flat_soft_dcg_gradient(scores, offsets, disc, coef, 0.8, n_ranks)
+    for q, (lo, hi) in enumerate(itertools.pairwise(offsets)):
+        r = min(n_ranks, hi - lo)
+        mask = np.ones((1, hi - lo), dtype=bool)
+        ed, jac = expected_discounts(scores[None, lo:hi], mask, disc[None, lo:lo + r], 0.8, True)
+        assert jac is not None
+        c = coef[lo:hi]
+        ref = c @ jac[0]
+        assert abs(values[q] - c @ ed[0]) <= 1e-14
+        assert np.abs(grad[lo:hi] - ref).max(initial=0.0) <= 1e-13 * max(np.abs(ref).max(initial=0.0), 1e-3)
+        assert ((grad[lo:hi] == 0) == (ref == 0)).all()
+
+
+def test_soft_ndcg_kernel_gives_the_same_bits_on_any_number_of_threads() -> None:
+    # Tasks (whole queries) are cut from the data alone, and a task's blocks run in order on one thread.
+    import numba
+
+    scores, labels = _problem(seed=5)
+    bound = losses.get("soft_ndcg")
+    threads, results = numba.get_num_threads(), []
+    try:
+        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(count)
+            results.append(boosting_kernels.flat_gradients(bound, scores, labels, SIZES, hessian="constant",
+                                                           dtype=torch.float64, device=None))
+    finally:
+        numba.set_num_threads(threads)
+    assert results[0] is not None and results[1] is not None
+    np.testing.assert_array_equal(results[0][0], results[1][0])
 
 
 @pytest.mark.parametrize("loss", ["lambda_rank", "neural_ndcg", "list_net", "soft_ndcg"])

@@ -753,3 +753,27 @@ def test_jacobian_kernel_gives_the_same_bits_on_any_number_of_threads() -> None:
     finally:
         numba.set_num_threads(threads)
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_jacobian_kernel_selected_rows_are_the_full_rows(dtype: torch.dtype) -> None:
+    """``select``: the selected documents' expected discounts and Jacobian rows are the bits of the
+    computation over every document (unselected ones still compete); the others are zero."""
+    from smoothrank._softrank_numba import expected_discounts
+
+    g = torch.Generator().manual_seed(11)
+    scores = torch.randn(4, 70, generator=g).to(dtype)
+    scores[1, :20] = 0.5  # ties
+    mask = torch.rand(4, 70, generator=g) > 0.15
+    select = torch.rand(4, 70, generator=g) > 0.6
+    select[3] = False  # nothing wanted
+    disc = (1.0 / torch.log2(torch.arange(70) + 2.0)).expand(4, 70).to(dtype).contiguous().numpy()
+    full_ed, full_jac = expected_discounts(scores.numpy(), mask.numpy(), disc, 0.8, True)
+    ed, jac = expected_discounts(scores.numpy(), mask.numpy(), disc, 0.8, True, select.numpy())
+    assert full_jac is not None and jac is not None
+    keep = (select & mask).numpy()
+    assert keep.sum() > 40 and (mask & ~select).sum() > 100
+    np.testing.assert_array_equal(ed[keep], full_ed[keep])
+    np.testing.assert_array_equal(jac[keep], full_jac[keep])
+    assert not ed[~keep].any() and not jac[~keep].any()

@@ -98,7 +98,8 @@ def soft_ndcg(scores: Tensor, labels: Tensor, *, mask: Tensor | None = None, red
         elif method == "exact" and not sinkhorn and can_use_jacobian(scores, n_ranks, backend):
             # Exact distributions, their expected discounts and the Jacobian in one pass a query.
             expected_discount = score_exact_expected_discounts(
-                scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask)
+                scores, disc[:, :n_ranks], sigma=within_dtype(sigma, scores.dtype, divides=True), mask=mask,
+                select=t.gains.detach() != 0)  # a document of gain 0 adds nothing: not computed
         else:
             p = soft_rank(scores, sigma=sigma, mask=mask, max_rank=n_ranks, method=method, n_exact=n_exact,
                           sinkhorn=bool(sinkhorn), max_iter=max_iter, tol=tol, backend=backend)

@@ -515,7 +515,7 @@ def score_selected_rank_distributions(scores: Tensor, *, sigma: float, mask: Ten
 
 
 # Contest pairs (batch n^2) up to which exact SoftNDCG takes the per-query kernel with its Jacobian
-# (two (batch, n, n) arrays in the scores' dtype: 64 MiB in float32 at the bound); longer lists keep
+# (a (batch, n, n) array in the scores' dtype: 32 MiB in float32 at the bound); longer lists keep
 # the blocked path, whose memory does not grow with n^2.
 JACOBIAN_ENTRIES = 1 << 23
 
@@ -528,24 +528,26 @@ class ExactExpectedDiscount(torch.autograd.Function):
     in memory); the backward is the product ``J^T grad``."""
 
     @staticmethod
-    def forward(ctx: Any, scores: Tensor, mask: Tensor, discounts: Tensor, sigma: float) -> Tensor:
+    def forward(ctx: Any, scores: Tensor, mask: Tensor, discounts: Tensor, sigma: float,
+                select: Tensor) -> Tensor:
         kernels = _loaded_kernels()
         want = bool(ctx.needs_input_grad[0])
         ed, jac = kernels.expected_discounts(scores.detach().contiguous().numpy(), mask.numpy(),
-                                             discounts.detach().contiguous().numpy(), sigma, want)
+                                             discounts.detach().contiguous().numpy(), sigma, want,
+                                             select.numpy())
         # Saved as tensors (the scores too): the refusal of second derivatives hangs on them.
         ctx.save_for_backward(scores, torch.from_numpy(jac) if jac is not None else scores.new_empty(0))
         return torch.from_numpy(ed)
 
     @staticmethod
     @first_derivative_only("SoftNDCG (its rank distributions)")
-    def backward(ctx: Any, grad_ed: Tensor) -> tuple[Tensor | None, None, None, None]:
+    def backward(ctx: Any, grad_ed: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         _, jac = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None
+            return None, None, None, None, None
         weight = grad_ed.detach().contiguous().numpy()
         grad = _loaded_kernels().jacobian_transpose_product(jac.numpy(), weight)
-        return torch.from_numpy(grad).to(grad_ed.dtype), None, None, None
+        return torch.from_numpy(grad).to(grad_ed.dtype), None, None, None, None
 
 
 # Ranks times documents of one query up to which its states are all kept (LANES of them per thread:
@@ -561,12 +563,15 @@ def can_use_jacobian(scores: Tensor, n_ranks: int, backend: str) -> bool:
 
 
 def score_exact_expected_discounts(scores: Tensor, discounts: Tensor, *, sigma: float,
-                                   mask: Tensor) -> Tensor:
+                                   mask: Tensor, select: Tensor | None = None) -> Tensor:
     """``E[D(r_j)] = sum_r D(r + 1) p_j(r)`` (batch, n) under the exact distributions of ranks
     ``r < R`` (``discounts``: (batch, R), the discounts of ranks ``1..R``; zero rows for padding),
     differentiable with respect to ``scores``, on the per-query kernel (:class:`ExactExpectedDiscount`).
     The distributions are the same bits as :func:`score_rank_distributions`' up to the contests'
-    rounding (formed in float64 here)."""
+    rounding (formed in float64 here). ``select`` (bool, (batch, n); default every real document):
+    the documents whose ``E`` is computed, the others' being 0 (a loss that weights them by 0 need
+    not pay for them; every real document is still a competitor)."""
     mask = mask.to(torch.bool).contiguous()
+    select = mask if select is None else (select.to(torch.bool) & mask).contiguous()
     disc = discounts.detach().to(scores.dtype).contiguous()
-    return ExactExpectedDiscount.apply(scores, mask, disc, float(sigma))
+    return ExactExpectedDiscount.apply(scores, mask, disc, float(sigma), select)
