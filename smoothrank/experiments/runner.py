@@ -282,8 +282,9 @@ def _worker_signals(parent: int) -> None:
 
     The first signal also sets a deadline that the kernel keeps: the KeyboardInterrupt can be lost
     (Python prints an exception raised inside a ``__del__``, a weakref callback or a ctypes callback
-    as "Exception ignored" and goes on; a cold Numba compilation runs llvmlite's in both), and the
-    signal itself can wait, unhandled, for a long compiled call to return."""
+    as "Exception ignored" and goes on; Numba compiling or loading its kernels runs llvmlite's
+    ``__del__`` and ctypes callbacks: ``benchmarks/interrupt_probe.py``), and the signal itself can
+    wait, unhandled, for a long compiled call to return."""
     signal.signal(signal.SIGINT, _worker_interrupted)
     signal.signal(signal.SIGTERM, _worker_interrupted)
     if hasattr(signal, "SIGALRM"):
