@@ -280,25 +280,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_ratios(cases: list[tuple], results: dict[tuple, list[dict]], rounds: int) -> None:
-    """Each of our losses over allRank's neuralNDCG (transposed for the transposed loss) in the same
-    round: every round's ratio and their median."""
+    """Each of our losses over allRank's same loss in the same round (over its ``neuralNDCG`` for a
+    loss allRank lacks, SoftNDCG; also there for the transposed form): every round's ratio and
+    their median."""
     rows = []
     for impl, name, b, n in cases:
-        peer = "neural_ndcg_transposed" if name == "neural_ndcg_transposed" else "neural_ndcg"
-        peer_runs = results.get(("allRank", peer, b, n))
-        if impl != "ours" or not peer_runs:
+        if impl != "ours":
             continue
-        pairs = zip(results[(impl, name, b, n)], peer_runs, strict=True)
-        ratios = [ours["time"] / theirs["time"] for ours, theirs in pairs
-                  if ours and theirs and "error" not in ours and "error" not in theirs]
-        if ratios:
-            rows.append(f"| {name} | {b} x {n} | allRank {PEER[peer]} | "
-                        f"{', '.join(f'{r:.3f}' for r in ratios)} | {statistics.median(ratios):.3f} |")
+        own = [name] if name in PEER else []  # allRank's same loss
+        # and allRank's neuralNDCG for the losses it lacks (SoftNDCG) and the transposed form
+        yardstick = ["neural_ndcg"] if name not in PEER or name == "neural_ndcg_transposed" else []
+        for peer in own + yardstick:
+            peer_runs = results.get(("allRank", peer, b, n))
+            if peer_runs:
+                rows += _ratio_row(name, b, n, peer, results[(impl, name, b, n)], peer_runs)
     if rows:
         print()
         print(f"| loss | batch x n | to | ratio in each of {rounds} round(s) | median |")
         print("|---|---|---|---|---|")
         print("\n".join(rows))
+
+
+def _ratio_row(name: str, b: int, n: int, peer: str, ours_runs: list[dict], peer_runs: list[dict]
+               ) -> list[str]:
+    """The table row of one loss against one of allRank's, or none without a pair of timed runs."""
+    ratios = [ours["time"] / theirs["time"] for ours, theirs in zip(ours_runs, peer_runs, strict=True)
+              if ours and theirs and "error" not in ours and "error" not in theirs]
+    if not ratios:
+        return []
+    return [f"| {name} | {b} x {n} | allRank {PEER[peer]} | {', '.join(f'{r:.3f}' for r in ratios)} | "
+            f"{statistics.median(ratios):.3f} |"]
 
 
 if __name__ == "__main__":

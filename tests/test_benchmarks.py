@@ -168,15 +168,17 @@ def test_bench_losses_gives_each_rounds_ratio_to_allranks_neuralndcg(monkeypatch
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     bench = importlib.import_module("bench_losses")
     monkeypatch.setattr(bench, "install_peer", lambda: None)
-    times = {"ours": iter([0.1, 0.3, 0.2, 0.6]), "allRank": iter([2.0, 3.0])}
+    times = {"ours": iter([0.1, 0.3, 0.02, 0.2, 0.6, 0.03]), "allRank": iter([2.0, 0.04, 3.0, 0.05])}
 
     def fake_run(impl, name, b, n, device, repeats):
         return {"time": next(times[impl]), "peak_mib": 1.0, "value": 0.5}
 
     monkeypatch.setattr(bench, "run_case", fake_run)
-    assert bench.main(["--rounds", "2", "--losses", "neural_ndcg,soft_ndcg", "--sizes", "4x8", "--peers",
-                       "neural_ndcg", "--no-naive"]) == 0
+    assert bench.main(["--rounds", "2", "--losses", "neural_ndcg,soft_ndcg,approx_ndcg", "--sizes", "4x8",
+                       "--peers", "neural_ndcg,approx_ndcg", "--no-naive"]) == 0
     out = capsys.readouterr().out
     assert "| neural_ndcg | 4 x 8 | allRank neuralNDCG | 0.050, 0.067 | 0.058 |" in out
     assert "| soft_ndcg | 4 x 8 | allRank neuralNDCG | 0.150, 0.200 | 0.175 |" in out
-    assert "| naive" not in out and "approx_ndcg | allRank" not in out
+    assert "| approx_ndcg | 4 x 8 | allRank approxNDCGLoss | 0.500, 0.600 | 0.550 |" in out
+    assert "| approx_ndcg | 4 x 8 | allRank neuralNDCG |" not in out
+    assert "| naive" not in out and "lambda_rank | allRank" not in out
