@@ -73,6 +73,7 @@ CASES = [
     pytest.param("bench_evaluate_many.py", ["--files", "2"], ["round 1: 2 files,", "one call each"],
                  marks=pytest.mark.slow),
     ("memory_probe.py", ["losses"], ["exit status 0; peak RssAnon"]),
+    ("interrupt_probe.py", ["--every-ms", "20"], ["first call", "handler runs", "inside a ctypes callback"]),
     # one process and two (torchrun): two training commands of one epoch each
     pytest.param("bench_distributed.py", ["--parts", "parity", "--parity-epochs", "1"],
                  ["| 1 process(es) | 1 |", "| 2 process(es) | 1 |", "same epoch: True"],
