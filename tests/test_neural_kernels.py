@@ -96,4 +96,3 @@ def test_not_covered_off_the_cpu_float_range():
     assert not neural_kernels.covers(torch.tensor([[1e300, 0.0]], dtype=torch.float64))
     assert not neural_kernels.covers(torch.zeros(2, 3, dtype=torch.bfloat16))
     assert neural_kernels.covers(torch.zeros(0, 3))
-
