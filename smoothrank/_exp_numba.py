@@ -61,10 +61,13 @@ def exp_nonpositive(z, out, scratch):  # pragma: no cover - compiled
         out[j] = (out[j] * high_scale[j]) * low_scale[j]
 
 
+_ERFCX_DEGREE = 6  # with Johnson's 100 pieces, within the fit's rounding of scipy's erfcx
+
+
 def _erfcx_table() -> np.ndarray:
-    """Chebyshev coefficients (degree 6) of ``erfcx(x) = exp(x^2) erfc(x)`` on the intervals
-    ``k <= 400 / (4 + x) < k + 1`` (``k = 12..99``, i.e. ``0 <= x <= 29``; S. G. Johnson's mapping
-    in the Faddeeva package), fitted at 64 Chebyshev nodes to :func:`scipy.special.erfcx`."""
+    """Chebyshev coefficients (degree ``_ERFCX_DEGREE``) of ``erfcx(x) = exp(x^2) erfc(x)`` on the
+    intervals ``k <= 400 / (4 + x) < k + 1`` (``k = 12..99``, i.e. ``0 <= x <= 29``; S. G.
+    Johnson's mapping in the Faddeeva package), fitted at 64 Chebyshev nodes to :func:`scipy.special.erfcx`."""
     from numpy.polynomial import chebyshev
     from scipy.special import erfcx
 
@@ -75,7 +78,6 @@ def _erfcx_table() -> np.ndarray:
     return table
 
 
-_ERFCX_DEGREE = 6
 _ERFCX = _erfcx_table()
 _ERFC_ZERO = 27.5  # erfc(x) is 0 in float64 beyond about 27.3
 
@@ -96,8 +98,8 @@ def erfc_exp_nonnegative(x, erfc_out, exp_out, work, scratch):  # pragma: no cov
         k = min(nb.int64(y), 99)
         t = 2.0 * y - (2 * k + 1)
         c = table[k]
-        b1 = c[6]  # Clenshaw's recurrence, degree 6
+        b1 = c[_ERFCX_DEGREE]  # Clenshaw's recurrence
         b2 = 0.0
-        for i in range(5, 0, -1):
+        for i in range(_ERFCX_DEGREE - 1, 0, -1):
             b1, b2 = 2.0 * t * b1 - b2 + c[i], b1
         erfc_out[j] = (t * b1 - b2 + c[0]) * exp_out[j] if x[j] > 0 else 1.0  # tied scores: 1/2 exactly

@@ -38,6 +38,7 @@ __all__ = ["BM25F", "HEADER", "K1_MIN", "bm25f_scores", "pack_bm25f", "packed_wi
 #: The smallest ``k1`` of :class:`BM25F` (a floor under its softplus, which reaches 0 in float32).
 K1_MIN = 1e-6
 
+
 def pack_bm25f(tf: Tensor, lengths: Tensor, avg_lengths: Tensor, idf: Tensor, term_mask: Tensor | None = None,
                query_independent: Tensor | None = None) -> Tensor:
     """Pack structured BM25F inputs into one feature row per document.
