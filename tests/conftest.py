@@ -6,10 +6,10 @@ import importlib.util
 import os
 import random
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -29,6 +29,24 @@ def _seeded(request: pytest.FixtureRequest) -> None:
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - the legacy global generator is the one unseeded draws use
     torch.manual_seed(seed)
+
+
+T = TypeVar("T")
+
+
+def on_one_and_two_numba_threads(compute: Callable[[], T]) -> list[T]:
+    """``compute()`` with Numba on one thread, then on two (as many as it has, up to two), Numba's
+    thread count restored after: for the tests that a kernel's bits do not depend on it."""
+    import numba
+
+    before, results = numba.get_num_threads(), []
+    try:
+        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(count)
+            results.append(compute())
+    finally:
+        numba.set_num_threads(before)
+    return results
 
 
 def load_experiment_script(name: str) -> ModuleType:

@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from conftest import on_one_and_two_numba_threads
 
 from smoothrank import boosting, boosting_kernels, losses
 from smoothrank.boosting import boosting_gradients
@@ -122,18 +123,10 @@ def test_soft_ndcg_kernel_equals_each_query_alone(cutoff: int | None) -> None:
 
 def test_soft_ndcg_kernel_gives_the_same_bits_on_any_number_of_threads() -> None:
     # Tasks (whole queries) are cut from the data alone, and a task's blocks run in order on one thread.
-    import numba
-
     scores, labels = _problem(seed=5)
     bound = losses.get("soft_ndcg")
-    threads, results = numba.get_num_threads(), []
-    try:
-        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
-            numba.set_num_threads(count)
-            results.append(boosting_kernels.flat_gradients(bound, scores, labels, SIZES, hessian="constant",
-                                                           dtype=torch.float64, device=None))
-    finally:
-        numba.set_num_threads(threads)
+    results = on_one_and_two_numba_threads(lambda: boosting_kernels.flat_gradients(
+        bound, scores, labels, SIZES, hessian="constant", dtype=torch.float64, device=None))
     assert results[0] is not None and results[1] is not None
     np.testing.assert_array_equal(results[0][0], results[1][0])
 

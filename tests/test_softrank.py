@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import on_one_and_two_numba_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -248,7 +249,6 @@ def test_kernels_give_the_same_bits_on_any_number_of_threads(method: str,
     """Column blocks of a long list and the hybrid's chunks of documents are fixed, not sized by the
     thread count: distributions and gradients are bit-identical on 1 and 2 threads (the first
     version's column width grew with the threads, and the gradient's float32 sums with it)."""
-    import numba
 
     from smoothrank.softrank import _numba, rank_binomial
 
@@ -259,16 +259,14 @@ def test_kernels_give_the_same_bits_on_any_number_of_threads(method: str,
     scores = torch.randn(4, 3 * _numba.BLOCK + 9, generator=g)
     mask = torch.rand(scores.shape, generator=g) > 0.1
     weights = torch.randn(*scores.shape, 10, generator=g)
-    threads, results = numba.get_num_threads(), []
-    try:
-        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
-            numba.set_num_threads(count)
-            x = scores.clone().requires_grad_()
-            p = soft_rank(x, sigma=0.8, mask=mask, max_rank=10, method=method, n_exact=3)
-            (grad,) = torch.autograd.grad((p * weights).sum(), x)
-            results.append((p.detach(), grad))
-    finally:
-        numba.set_num_threads(threads)
+
+    def compute() -> tuple[torch.Tensor, torch.Tensor]:
+        x = scores.clone().requires_grad_()
+        p = soft_rank(x, sigma=0.8, mask=mask, max_rank=10, method=method, n_exact=3)
+        (grad,) = torch.autograd.grad((p * weights).sum(), x)
+        return p.detach(), grad
+
+    results = on_one_and_two_numba_threads(compute)
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
 
@@ -733,7 +731,6 @@ def test_jacobian_kernel_equals_the_blocked_distributions(n: int, max_rank: int,
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
 def test_jacobian_kernel_gives_the_same_bits_on_any_number_of_threads() -> None:
-    import numba
 
     from smoothrank.softrank.rank_binomial import score_exact_expected_discounts
 
@@ -742,16 +739,14 @@ def test_jacobian_kernel_gives_the_same_bits_on_any_number_of_threads() -> None:
     mask = torch.rand(scores.shape, generator=g) > 0.1
     disc = (1.0 / torch.log2(torch.arange(80) + 2.0)).expand(3, 80)
     weights = torch.randn(3, 80, generator=g)
-    threads, results = numba.get_num_threads(), []
-    try:
-        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
-            numba.set_num_threads(count)
-            x = scores.clone().requires_grad_()
-            ed = score_exact_expected_discounts(x, disc, sigma=1.0, mask=mask)
-            (grad,) = torch.autograd.grad((ed * weights).sum(), x)
-            results.append((ed.detach(), grad))
-    finally:
-        numba.set_num_threads(threads)
+
+    def compute() -> tuple[torch.Tensor, torch.Tensor]:
+        x = scores.clone().requires_grad_()
+        ed = score_exact_expected_discounts(x, disc, sigma=1.0, mask=mask)
+        (grad,) = torch.autograd.grad((ed * weights).sum(), x)
+        return ed.detach(), grad
+
+    results = on_one_and_two_numba_threads(compute)
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
 
