@@ -67,7 +67,8 @@ _ERFCX_DEGREE = 6  # with Johnson's 100 pieces, within the fit's rounding of sci
 def _erfcx_table() -> np.ndarray:
     """Chebyshev coefficients (degree ``_ERFCX_DEGREE``) of ``erfcx(x) = exp(x^2) erfc(x)`` on the
     intervals ``k <= 400 / (4 + x) < k + 1`` (``k = 12..99``, i.e. ``0 <= x <= 29``; S. G.
-    Johnson's mapping in the Faddeeva package), fitted at 64 Chebyshev nodes to :func:`scipy.special.erfcx`."""
+    Johnson's mapping in the Faddeeva package), fitted at 64 Chebyshev nodes to
+    :func:`scipy.special.erfcx`."""
     from numpy.polynomial import chebyshev
     from scipy.special import erfcx
 
