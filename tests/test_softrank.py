@@ -772,3 +772,18 @@ def test_jacobian_kernel_selected_rows_are_the_full_rows(dtype: torch.dtype) -> 
     np.testing.assert_array_equal(ed[keep], full_ed[keep])
     np.testing.assert_array_equal(jac[keep], full_jac[keep])
     assert not ed[~keep].any() and not jac[~keep].any()
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is a declared dependency; needed to compare kernels")
+def test_exact_expected_discounts_select_zeroes_the_others_and_checks_its_shape() -> None:
+    from smoothrank.softrank.rank_binomial import score_exact_expected_discounts
+
+    scores = torch.randn(2, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    disc = (1.0 / torch.log2(torch.arange(6) + 2.0)).expand(2, 6).double()
+    select = torch.tensor([[True, False] * 3, [False] * 6])
+    full = score_exact_expected_discounts(scores, disc, sigma=0.5, mask=mask)
+    ed = score_exact_expected_discounts(scores, disc, sigma=0.5, mask=mask, select=select)
+    assert torch.equal(ed[select], full[select]) and not ed[~select].any()
+    with pytest.raises(SmoothrankError, match=r"select: shape \(2, 5\) differs from scores \(2, 6\)"):
+        score_exact_expected_discounts(scores, disc, sigma=0.5, mask=mask, select=select[:, :5])

@@ -571,6 +571,9 @@ def score_exact_expected_discounts(scores: Tensor, discounts: Tensor, *, sigma: 
     rounding (formed in float64 here). ``select`` (bool, (batch, n); default every real document):
     the documents whose ``E`` is computed, the others' being 0 (a loss that weights them by 0 need
     not pay for them; every real document is still a competitor)."""
+    if select is not None and select.shape != scores.shape:
+        raise SmoothrankError(f"select: shape {tuple(select.shape)} differs from scores "
+                              f"{tuple(scores.shape)}")
     mask = mask.to(torch.bool).contiguous()
     select = mask if select is None else (select.to(torch.bool) & mask).contiguous()
     disc = discounts.detach().to(scores.dtype).contiguous()
